@@ -1,0 +1,113 @@
+"""The ``selfevolve`` command: ``train`` and ``eval``.
+
+Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
+status 2 — no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from selfevolve.config import describe
+
+err = Console(stderr=True)
+out = Console()
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Train LLM agents with multi-turn reinforcement learning (GRPO/RLOO + PPO-clip) on text environments.",
+)
+
+TRAIN_HELP = f"""Train a policy. Options come from defaults, then FILE.yaml (optional), then KEY=VALUE overrides
+(dotted keys, YAML values), e.g.:
+
+    selfevolve train model.name=tiny train.steps=5 env.size=3
+
+\b
+All options (key = default  description):
+{describe()}
+"""
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def _split_args(args: list[str]) -> tuple[Optional[str], list[str]]:
+    """The first argument may be a YAML file; the rest are key=value overrides."""
+    if args and "=" not in args[0]:
+        return args[0], args[1:]
+    return None, args
+
+
+def _fail(msg: str) -> None:
+    err.print(f"[red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command(help=TRAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+    from selfevolve.config import load_config
+    from selfevolve.errors import SelfEvolveError
+
+    _quiet_libraries()
+    path, overrides = _split_args(args or [])
+    try:
+        cfg = load_config(path, overrides)
+        from selfevolve.train.trainer import Trainer
+
+        trainer = Trainer(cfg, console=err)
+        final = trainer.train()
+    except SelfEvolveError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    shown = {k: round(v, 4) for k, v in final.items() if k.startswith(("eval/", "reward/", "success/"))}
+    out.print(f"done: {cfg.train.steps} steps in {cfg.train.out_dir} · {shown}")
+
+
+EVAL_HELP = """Evaluate a run folder (its latest checkpoint) or a checkpoint folder on held-out tasks and print the
+greedy success rate (and pass@k with eval.pass_k=K). Overrides: eval.episodes=N, eval.pass_k=K,
+eval.seed_offset=S."""
+
+
+@app.command("eval", help=EVAL_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def eval_cmd(
+    run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
+    overrides: list[str] = typer.Argument(None, metavar="[eval.KEY=VALUE ...]"),
+) -> None:
+    from selfevolve.errors import SelfEvolveError
+
+    _quiet_libraries()
+    try:
+        from selfevolve.train.run import evaluate_checkpoint
+
+        result = evaluate_checkpoint(run_dir, overrides or [])
+    except SelfEvolveError as e:
+        _fail(str(e))
+    for k, v in result.items():
+        out.print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

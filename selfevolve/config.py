@@ -1,0 +1,228 @@
+"""One typed configuration tree: defaults here, a YAML file on top, ``dotted.key=value`` overrides on top of that.
+
+Every field has a description (shown by ``selfevolve train --help`` through :func:`describe`). A wrong key or
+value raises :class:`~selfevolve.errors.ConfigError` naming the key and what is allowed; the CLI turns that into
+a one-line message and exit status 2.
+
+``env`` options beyond ``name`` and ``max_turns`` belong to the chosen environment (e.g. ``env.size=6`` for
+FrozenLake); they are checked against that environment's constructor.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from selfevolve.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(_Section):
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters."
+    )
+
+
+class ModelConfig(_Section):
+    name: str = Field(
+        "smollm2-135m",
+        description="'smollm2-135m' (embedded, offline), 'tiny' (random small Llama, for tests), "
+        "or a local path / cached Hugging Face id.",
+    )
+    dtype: Literal["bf16", "fp32", "fp16"] = Field("bf16", description="Weights and compute dtype.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+class EnvConfig(BaseModel):
+    """Environment choice; extra keys are the environment's own options, checked against its constructor."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', or your TextEnv class.")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class AgentConfig(_Section):
+    history: int | None = Field(
+        2, ge=0, description="Past turns kept in the prompt (bounded history); null keeps all."
+    )
+    few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
+    think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
+    max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+
+
+class AlgoConfig(_Section):
+    name: Literal["grpo", "rloo"] = Field("grpo", description="Advantage estimator.")
+    norm: Literal["mean_std", "mean"] = Field("mean_std", description="GRPO normalisation.")
+    group_size: int = Field(8, ge=1, description="G: rollouts per task from the same start state.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA parameters.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    epochs: int = Field(1, ge=1, description="PPO epochs over each batch of rollouts.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
+    micro_batch_tokens: int = Field(
+        4096, ge=64, description="Tokens per forward/backward chunk (gradient accumulation); bounds memory."
+    )
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio lower clip epsilon.")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio upper clip epsilon (clip-higher).")
+    dual_clip: float | None = Field(3.0, description="Dual-clip constant c for A<0; null disables.")
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
+    kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    invalid_penalty_in_loss: bool = Field(
+        True, description="Keep invalid-action penalties in the reward (they teach the format)."
+    )
+
+
+class TrainConfig(_Section):
+    steps: int = Field(30, ge=0, description="Training steps (rollouts + update each).")
+    tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")
+    out_dir: str = Field("runs/default", description="Run folder: config, checkpoints, metrics, trajectories.")
+    resume: bool = Field(False, description="Continue the run in out_dir from its last checkpoint.")
+    overwrite: bool = Field(False, description="Allow out_dir to hold a different run (it is replaced).")
+    save_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
+    eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
+    log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")
+    progress: bool = Field(True, description="Show a live progress bar.")
+
+
+class EvalConfig(_Section):
+    episodes: int = Field(64, ge=1, description="Held-out tasks (seeds never used in training).")
+    pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task at temperature 1 for pass@k (0: off).")
+    seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
+
+
+class Config(_Section):
+    seed: int = Field(0, description="Global seed: model init (tiny), task order, sampling.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="after")
+    def _check_env(self):
+        from selfevolve.envs import ENVS, env_options
+
+        if self.env.name in ENVS:
+            allowed = env_options(ENVS[self.env.name])
+            for key in self.env.options():
+                if key not in allowed:
+                    raise ValueError(
+                        f"env.{key}: not an option of env {self.env.name!r}; allowed: "
+                        f"{', '.join(['name', *allowed])}"
+                    )
+        return self
+
+
+def _fmt_loc(loc) -> str:
+    return ".".join(str(p) for p in loc if not isinstance(p, int) or True)
+
+
+def _allowed_for(loc: tuple) -> str:
+    """The allowed keys at the parent of ``loc`` (for 'extra fields not permitted' errors)."""
+    cls: Any = Config
+    for part in loc[:-1]:
+        field = cls.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not (inspect.isclass(field.annotation) and issubclass(field.annotation, BaseModel)):
+            return ""
+        cls = field.annotation
+    return ", ".join(cls.model_fields)
+
+
+def _validate(data: dict) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = _fmt_loc(err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown config key {key!r}; allowed here: {_allowed_for(err['loc'])}") from None
+        msg = err["msg"]
+        if err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+            raise ConfigError(msg) from None
+        raise ConfigError(f"{key}: {msg} (got {err.get('input')!r})") from None
+
+
+def _parse_value(text: str) -> Any:
+    """YAML scalar parsing for overrides: 3 -> int, 0.5 -> float, true -> bool, null -> None, [a,b] -> list."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict, dotted: str) -> None:
+    if "=" not in dotted:
+        raise ConfigError(f"override {dotted!r} must look like key=value (e.g. train.steps=10)")
+    key, _, value = dotted.partition("=")
+    parts = key.strip().split(".")
+    node = data
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{key}: {p!r} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = _parse_value(value)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file (if any), then the overrides."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: malformed YAML: {str(e).splitlines()[0]} ({_yaml_where(e)})") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, env:, ...)")
+        data = loaded
+    for o in overrides or []:
+        apply_override(data, o)
+    return _validate(data)
+
+
+def _yaml_where(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "position unknown"
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def describe() -> str:
+    """Every option with its default and description, for --help."""
+    lines = []
+
+    def walk(cls: type[BaseModel], prefix: str):
+        for name, f in cls.model_fields.items():
+            ann = f.annotation
+            if inspect.isclass(ann) and issubclass(ann, BaseModel):
+                walk(ann, f"{prefix}{name}.")
+                if ann is EnvConfig:
+                    lines.append(f"  {prefix}{name}.<option>  environment options, e.g. env.size=6 (see docs/environments.md)")
+                continue
+            default = f.default if f.default_factory is None else f.default_factory()
+            lines.append(f"  {prefix}{name} = {default!r}  {f.description or ''}")
+
+    walk(Config, "")
+    return "\n".join(lines)

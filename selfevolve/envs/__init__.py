@@ -1,0 +1,93 @@
+"""Text environments: the protocol (:class:`TextEnv`), the built-in worlds and a small registry."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.envs.frozenlake import FrozenLakeEnv
+from selfevolve.envs.sokoban import SokobanEnv, solve
+from selfevolve.errors import ConfigError, unknown_name
+
+ENVS: dict[str, type[TextEnv]] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv}
+
+__all__ = ["ENVS", "FrozenLakeEnv", "SokobanEnv", "StepResult", "TextEnv", "env_options", "make_env", "solve"]
+
+
+def _params(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:
+    """Keyword-settable constructor parameters, and whether the constructor takes ``**kwargs``."""
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return {}, True
+    params, var_kw = {}, False
+    for name, p in sig.parameters.items():
+        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            continue
+        if p.kind == p.VAR_KEYWORD:
+            var_kw = True
+            continue
+        params[name] = p
+    return params, var_kw
+
+
+def env_options(cls: type[TextEnv]) -> dict[str, Any]:
+    """The constructor options of an environment class and their defaults (``inspect.Parameter.empty`` if none)."""
+    return {name: p.default for name, p in _params(cls)[0].items()}
+
+
+def _check_type(env_name: str, key: str, value: Any, default: Any) -> None:
+    """A value must have the kind of its default (ints for ints, numbers for floats, lists for tuples...)."""
+    if default is inspect.Parameter.empty or default is None:
+        return
+    ok = True
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, (tuple, list)):
+        ok = isinstance(value, (tuple, list))
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    if not ok:
+        raise ConfigError(
+            f"env {env_name!r}: option {key!r} must be of type {type(default).__name__} "
+            f"(default {default!r}), got {value!r}"
+        )
+
+
+def make_env(name_or_class: str | type[TextEnv], **options: Any) -> TextEnv:
+    """Build an environment from a registered name (see ``ENVS``) or a :class:`TextEnv` subclass.
+
+    Unknown names, unknown options and wrong-typed values raise :class:`~selfevolve.errors.ConfigError`
+    naming the culprit and what is allowed.
+    """
+    if isinstance(name_or_class, str):
+        key = name_or_class.strip().lower()
+        if key not in ENVS:
+            raise unknown_name("env", name_or_class, ENVS)
+        cls = ENVS[key]
+    elif isinstance(name_or_class, type) and issubclass(name_or_class, TextEnv):
+        cls = name_or_class
+    else:
+        raise ConfigError(
+            f"env must be one of {', '.join(sorted(ENVS))} or a TextEnv subclass, got {name_or_class!r}"
+        )
+    env_name = getattr(cls, "name", cls.__name__)
+    params, var_kw = _params(cls)
+    for key, value in options.items():
+        if key not in params:
+            if var_kw:
+                continue
+            allowed = ", ".join(params) or "(none)"
+            raise ConfigError(f"unknown option {key!r} for env {env_name!r}; allowed options: {allowed}")
+        _check_type(env_name, key, value, params[key].default)
+    try:
+        return cls(**options)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"env {env_name!r}: bad options {options!r}: {e}") from e

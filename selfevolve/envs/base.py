@@ -1,0 +1,73 @@
+"""The environment protocol: what every world offers the rollout engine.
+
+An environment owns its rules and its state. It is reset from a seed (the same seed gives the same start state,
+which is what makes G rollouts of one task a *group*), and stepped with the model's action *text*. Bad actions
+are never exceptions: they come back as an error observation, a small penalty, no state change and
+``info["valid_action"] = False``.
+
+To write your own, subclass :class:`TextEnv` and fill in ``reset`` and ``step`` (see ``docs/environments.md``
+for a 30-line example); no registration is needed to train on it from Python.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)  # always holds "success" and "valid_action"
+
+    def __iter__(self):  # allows `obs, reward, done, info = env.step(a)`
+        return iter((self.observation, self.reward, self.done, self.info))
+
+
+class TextEnv:
+    """Base class for text environments.
+
+    Class attributes describe the world to the prompt builder:
+
+    - ``instructions``: the rules and the answer format, shown in the system prompt;
+    - ``examples``: few-shot example turns ``[(observation, action), ...]`` shown before the real episode — small
+      models need them to produce valid actions at all;
+    - ``max_turns``: the default turn limit of an episode (the rollout stops it there).
+
+    Subclasses implement :meth:`reset` and :meth:`step`. The defaults of :meth:`snapshot`/:meth:`restore`
+    deep-copy ``self.__dict__``, which is exact for any environment whose state lives in plain Python objects.
+    """
+
+    name: ClassVar[str] = "env"
+    instructions: ClassVar[str] = ""
+    examples: ClassVar[list[tuple[str, str]]] = []
+    max_turns: int = 10
+
+    def reset(self, seed: int) -> str:
+        """Start a new episode from ``seed`` and return the first observation."""
+        raise NotImplementedError(f"{type(self).__name__} must implement reset(seed) -> observation")
+
+    def step(self, action: str) -> StepResult:
+        """Apply the model's action text; return observation, reward, done and info."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step(action) -> StepResult")
+
+    def state_key(self) -> str:
+        """A hashable key of the true state (GiGPO anchors). Default: the current rendering."""
+        return self.render()
+
+    def render(self) -> str:
+        """The current observation text."""
+        return ""
+
+    def progress(self) -> float:
+        """A heuristic in [0, 1] of how close the episode is to success (search scorers, metrics)."""
+        return 0.0
+
+    def snapshot(self) -> Any:
+        return copy.deepcopy(self.__dict__)
+
+    def restore(self, snapshot: Any) -> None:
+        self.__dict__.update(copy.deepcopy(snapshot))

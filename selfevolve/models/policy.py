@@ -1,0 +1,144 @@
+"""The policy: a causal LM with a LoRA adapter, and the two things RL asks of it.
+
+- :meth:`Policy.generate` — batched sampling with per-token log-probs and uncertainty statistics (rollouts);
+- :meth:`Policy.action_logprobs` — log-probs of given action tokens under the current weights (the update),
+  computed only at the positions that carry loss: the full-vocabulary logits of every prompt position would
+  dominate memory (49k × sequence length × batch), and we never need them.
+
+The reference policy for the KL penalty is the same model with the adapter disabled: no second copy of the
+weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model
+
+from selfevolve.models.generation import Generation, generate
+
+
+def common_prefix(seqs: list[list[int]]) -> list[int]:
+    if not seqs:
+        return []
+    first, n = seqs[0], min(len(s) for s in seqs)
+    i = 0
+    while i < n and all(s[i] == first[i] for s in seqs):
+        i += 1
+    return first[:i]
+
+
+class Policy:
+    def __init__(self, model, tokenizer, lora=None, temperature: float = 1.0, max_new_tokens: int = 8):
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        if lora is not None and not isinstance(model, PeftModel):
+            model = get_peft_model(
+                model,
+                PeftLoraConfig(
+                    r=lora.r,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=list(lora.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        self.model = model
+        self.stop_ids = {tokenizer.eos_token_id}
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+            self.stop_ids.add(im_end)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    # ---- rollouts -------------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(
+        self, prompts: list[list[int]], *, greedy: bool = False, generator: torch.Generator | None = None
+    ) -> Generation:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            prefix = common_prefix(prompts)
+            # The shared prefix (system prompt + few-shot turns) is encoded once for the whole batch; every
+            # prompt must keep at least one token of its own.
+            if len(prefix) >= min(len(p) for p in prompts):
+                prefix = prefix[:-1]
+            return generate(
+                self.model,
+                prompts,
+                max_new_tokens=self.max_new_tokens,
+                stop_ids=self.stop_ids,
+                pad_id=self.pad_id,
+                temperature=self.temperature,
+                greedy=greedy,
+                generator=generator,
+                prefix_ids=prefix if len(prefix) >= 16 and len(prompts) > 1 else None,
+            )
+        finally:
+            self.model.train(was_training)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ---- updates --------------------------------------------------------------------------------------------
+    def _body_and_head(self):
+        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+        return base.model, base.lm_head
+
+    def action_logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor, with_entropy=False
+    ):
+        """Log-probs of ``input_ids`` at the positions where ``loss_mask`` is 1, as a flat vector.
+
+        ``loss_mask[b, j] = 1`` marks token j as a model-generated token: it is predicted from the hidden state at
+        j − 1. Returns ``(logprobs [n], entropy [n] or None)`` in the order of ``loss_mask.nonzero()``.
+        """
+        body, head = self._body_and_head()
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        sel = loss_mask[:, 1:].bool()
+        h = hidden[:, :-1][sel]
+        logits = head(h).float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        targets = input_ids[:, 1:][sel]
+        logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    @contextlib.contextmanager
+    def reference(self):
+        """The reference policy: the base model with the LoRA adapter disabled."""
+        if isinstance(self.model, PeftModel):
+            with self.model.disable_adapter():
+                yield
+        else:
+            yield
+
+    def trainable_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # ---- persistence ----------------------------------------------------------------------------------------
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items() if "lora_" in k}
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        missing = [k for k in state if k not in self.model.state_dict()]
+        if missing:
+            raise ValueError(f"adapter does not fit this model (first unknown key: {missing[0]})")
+        self.model.load_state_dict(state, strict=False)
+
+    def save_adapter(self, path) -> None:
+        """A standard PEFT adapter folder (loadable with ``PeftModel.from_pretrained``)."""
+        if isinstance(self.model, PeftModel):
+            self.model.save_pretrained(str(path))
+

@@ -1,0 +1,97 @@
+"""Batched multi-turn rollouts: many environments stepped in lockstep, one generation call per turn.
+
+Each turn, every environment still running contributes one prompt; the policy answers them all in one batched
+call; each environment steps on its own answer. Environments that finish leave the batch, so no generation is
+spent on them. Every step keeps the exact prompt ids the model saw and the ids it produced, with their old
+log-probs and uncertainty statistics (token-in, token-out).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from selfevolve.agent.parsing import parse_action
+from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.envs.base import TextEnv
+from selfevolve.types import Step, Task, Trajectory
+
+
+@dataclass
+class RolloutStats:
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    generate_calls: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def rollout(
+    policy,
+    envs: list[TextEnv],
+    tasks: list[Task],
+    builder: PromptBuilder,
+    *,
+    max_turns: int,
+    group_ids: list[str] | None = None,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    stats: RolloutStats | None = None,
+) -> list[Trajectory]:
+    """Play ``tasks[i]`` in ``envs[i]`` for at most ``max_turns`` turns; return one trajectory per task."""
+    assert len(envs) == len(tasks)
+    t0 = time.perf_counter()
+    trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
+    observations = [[env.reset(task.seed)] for env, task in zip(envs, tasks)]
+    replies: list[list[str]] = [[] for _ in tasks]
+    active = list(range(len(tasks)))
+    for turn in range(max_turns):
+        if not active:
+            break
+        prompts = [builder.prompt_ids(observations[i], replies[i], tasks[i].instruction) for i in active]
+        gen = policy.generate(prompts, greedy=greedy, generator=generator)
+        if stats is not None:
+            stats.prompt_tokens += gen.prompt_tokens
+            stats.new_tokens += gen.new_tokens
+            stats.generate_calls += 1
+        still = []
+        for k, i in enumerate(active):
+            env, text = envs[i], policy.decode(gen.ids[k])
+            key = env.state_key()
+            obs, reward, done, info = env.step(parse_action(text))
+            truncated = not done and turn == max_turns - 1
+            trajs[i].steps.append(
+                Step(
+                    prompt_ids=prompts[k],
+                    action_ids=gen.ids[k],
+                    logprobs=gen.logprobs[k],
+                    entropy=gen.entropy[k],
+                    top1=gen.top1[k],
+                    top2=gen.top2[k],
+                    action_text=text,
+                    observation=obs,
+                    reward=float(reward),
+                    done=bool(done or truncated),
+                    valid=bool(info.get("valid_action", True)),
+                    state_key=str(key),
+                    info={k2: v for k2, v in info.items() if _jsonable(v)} | {"truncated": truncated},
+                )
+            )
+            trajs[i].success = bool(info.get("success", False))
+            observations[i].append(obs)
+            replies[i].append(text)
+            if not done:
+                still.append(i)
+        active = still
+    if stats is not None:
+        stats.seconds += time.perf_counter() - t0
+    return trajs
+
+
+def _jsonable(v) -> bool:
+    return isinstance(v, (str, int, float, bool, type(None), list, dict))

@@ -1,0 +1,64 @@
+"""Metrics to ``metrics.jsonl`` (one JSON object per step) and to TensorBoard, under stable names.
+
+Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval/success``, ``eval/pass@k``,
+``loss/policy``, ``kl``, ``clip_frac``, ``entropy``, ``grad_norm``, ``time/rollout``, ``time/update``,
+``tokens_per_s``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from selfevolve.types import Trajectory
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    n = max(len(trajs), 1)
+    steps = [s for t in trajs for s in t.steps]
+    return {
+        "reward/mean": sum(t.reward for t in trajs) / n,
+        "success/rate": sum(t.success for t in trajs) / n,
+        "valid/rate": sum(s.valid for s in steps) / max(len(steps), 1),
+        "turns/mean": len(steps) / n,
+    }
+
+
+def truncate_jsonl(path: Path, max_step: int) -> None:
+    """Drop records with ``step > max_step``: on resume they are redone, so they must not appear twice."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= max_step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: Path, tensorboard: bool = True):
+        self.path = out_dir / "metrics.jsonl"
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.writer = SummaryWriter(str(out_dir / "tensorboard"))
+            except ImportError:  # tensorboard is a dependency, but a missing one must not stop training
+                self.writer = None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.writer is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self.writer.add_scalar(k, v, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

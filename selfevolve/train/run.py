@@ -1,0 +1,40 @@
+"""Loading a finished (or interrupted) run back: for ``selfevolve eval`` and for Python users."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from selfevolve.config import Config, apply_override, _validate
+from selfevolve.envs import make_env
+from selfevolve.errors import ConfigError
+from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint
+from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
+from selfevolve.train.evaluate import evaluate
+
+
+def load_run(path: str | Path, overrides: list[str] | None = None):
+    """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder."""
+    ckpt = find_checkpoint(path)
+    data = load_checkpoint(ckpt)
+    raw = yaml.safe_load(data["config_yaml"]) or {}
+    for o in overrides or []:
+        key = o.partition("=")[0].strip()
+        if not key.startswith("eval."):
+            raise ConfigError(f"only eval.* keys can be changed when evaluating a run, got {key!r}")
+        apply_override(raw, o)
+    cfg: Config = _validate(raw)
+    policy = build_policy(cfg)
+    policy.load_adapter_state(data["adapter"])
+    return cfg, policy, data["state"]
+
+
+def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None) -> dict:
+    cfg, policy, state = load_run(path, overrides)
+    env_cls = resolve_env(cfg, None)
+    options = cfg.env.options()
+    builder = build_prompt(cfg, policy, make_env(env_cls, **options))
+    res = evaluate(policy, env_cls, options, builder, episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
+                   seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed)
+    return {"checkpoint_step": state["step"], "episodes": cfg.eval.episodes, **res}

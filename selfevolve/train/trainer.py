@@ -1,0 +1,261 @@
+"""The training loop: tasks -> rollouts -> rewards -> advantages -> PPO update, with checkpoints and evaluation.
+
+Features
+- batched multi-turn rollouts, G per task from the same start state (groups);
+- GRPO (mean-std or mean-only) and RLOO advantages, PPO-clip with clip-higher, dual clip, optional KL to the
+  base model (adapter disabled, no second copy);
+- held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
+- checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
+- metrics to ``metrics.jsonl`` and TensorBoard, rollouts to ``trajectories.jsonl``, a live progress bar.
+
+Usage from Python::
+
+    from selfevolve import Trainer, load_config
+    cfg = load_config(overrides=["model.name=tiny", "train.steps=5"])
+    Trainer(cfg, env=MyEnv).train()
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.algos.advantages import compute_advantages
+from selfevolve.config import Config, save_config
+from selfevolve.envs import ENVS, make_env
+from selfevolve.envs.base import TextEnv
+from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
+from selfevolve.models.loading import load_model
+from selfevolve.models.policy import Policy
+from selfevolve.rollout.runner import RolloutStats, rollout
+from selfevolve.tasks.source import SeedTasks
+from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from selfevolve.train.evaluate import evaluate
+from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
+from selfevolve.train.samples import build_rows
+from selfevolve.train.update import ppo_update
+from selfevolve.types import Trajectory
+
+# Sections that define a run: resuming with different values would silently train something else.
+_RUN_DEFINING = ("seed", "model", "env", "agent", "algo")
+
+
+def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
+    if env is not None:
+        if not (isinstance(env, type) and issubclass(env, TextEnv)):
+            raise ConfigError(f"env must be a TextEnv subclass, got {env!r}")
+        return env
+    if cfg.env.name not in ENVS:
+        raise unknown_name("env", cfg.env.name, ENVS)
+    return ENVS[cfg.env.name]
+
+
+def build_policy(cfg: Config) -> Policy:
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
+    return Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
+                  max_new_tokens=cfg.agent.max_new_tokens)
+
+
+def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
+    return PromptBuilder(
+        policy.tokenizer,
+        instructions=env.instructions,
+        examples=list(env.examples),
+        history=cfg.agent.history,
+        few_shot=cfg.agent.few_shot,
+        think=cfg.agent.think,
+    )
+
+
+class Trainer:
+    def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
+        self.cfg = cfg
+        self.console = console or Console(stderr=True)
+        self.env_cls = resolve_env(cfg, env)
+        self.env_options = cfg.env.options()
+        self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
+        self.out_dir = Path(cfg.train.out_dir)
+        self._prepare_out_dir()
+        torch.manual_seed(cfg.seed)
+        self.policy = build_policy(cfg)
+        self.builder = build_prompt(cfg, self.policy, self.probe_env)
+        self.optimizer = torch.optim.AdamW(
+            self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
+        )
+        self.tasks = SeedTasks(getattr(self.env_cls, "name", self.env_cls.__name__), seed=cfg.seed)
+        self.rng = random.Random(cfg.seed)
+        self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
+        self.step = 0
+        self.last_eval: dict[str, float] = {}
+        if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
+            self._resume()
+
+    # ---- run folder -------------------------------------------------------------------------------------------
+    def _prepare_out_dir(self) -> None:
+        cfg, out = self.cfg, self.out_dir
+        saved = out / "config.yaml"
+        if saved.is_file() and not cfg.train.resume:
+            if not cfg.train.overwrite:
+                raise SelfEvolveError(
+                    f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
+                    f"replace it with train.overwrite=true, or choose another train.out_dir."
+                )
+            shutil.rmtree(out)
+        if saved.is_file() and cfg.train.resume:
+            old = yaml.safe_load(saved.read_text()) or {}
+            new = cfg.model_dump(mode="json")
+            diff = [k for k in _RUN_DEFINING if old.get(k) != new.get(k)]
+            if diff:
+                raise SelfEvolveError(
+                    f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
+                    f"(see {saved}); only train.* and eval.* may change on resume"
+                )
+        out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, saved)
+
+    def _resume(self) -> None:
+        ckpt = find_checkpoint(self.out_dir)
+        data = load_checkpoint(ckpt)
+        self.policy.load_adapter_state(data["adapter"])
+        if "optimizer" in data:
+            self.optimizer.load_state_dict(data["optimizer"])
+        st = data["state"]
+        self.step = st["step"]
+        self.tasks.cursor = st["task_cursor"]
+        self.last_eval = st.get("last_eval", {})
+        rng = data["rng"]
+        self.rng.setstate(rng["python"])
+        torch.set_rng_state(rng["torch"])
+        self.generator.set_state(rng["sampler"])
+        for name in ("metrics.jsonl", "trajectories.jsonl"):
+            truncate_jsonl(self.out_dir / name, self.step)
+        self.console.print(f"[bold]resuming[/] {self.out_dir} from step {self.step} ({ckpt.name})")
+
+    def save(self) -> Path:
+        return save_checkpoint(
+            self.out_dir,
+            self.step,
+            adapter=self.policy.adapter_state(),
+            optimizer=self.optimizer,
+            state={"task_cursor": self.tasks.cursor, "last_eval": self.last_eval},
+            rng={"python": self.rng.getstate(), "torch": torch.get_rng_state(), "sampler": self.generator.get_state()},
+            config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
+            policy=self.policy,
+        )
+
+    # ---- one step ---------------------------------------------------------------------------------------------
+    def collect(self) -> tuple[list[Trajectory], RolloutStats]:
+        cfg = self.cfg
+        G = cfg.algo.group_size
+        tasks = self.tasks.next(cfg.train.tasks_per_step)
+        rep = [t for t in tasks for _ in range(G)]
+        envs = [make_env(self.env_cls, **self.env_options) for _ in rep]
+        stats = RolloutStats()
+        trajs = rollout(
+            self.policy, envs, rep, self.builder, max_turns=envs[0].max_turns,
+            group_ids=[f"{self.step}:{t.id}" for t in rep], generator=self.generator, stats=stats,
+        )
+        return trajs, stats
+
+    def train_step(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        trajs, stats = self.collect()
+        t1 = time.perf_counter()
+        # rewards -> advantages: the episode reward, normalised within each task group.
+        rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
+        adv = compute_advantages(cfg.algo.name, rewards, [t.group_id for t in trajs], norm=cfg.algo.norm)
+        rows = build_rows(trajs, adv.tolist())
+        upd = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng) if rows else {}
+        t2 = time.perf_counter()
+        self.step += 1
+        metrics = {
+            **rollout_metrics(trajs),
+            **upd,
+            "time/rollout": t1 - t0,
+            "time/update": t2 - t1,
+            "tokens_per_s": stats.tokens_per_s,
+        }
+        if cfg.train.log_trajectories:
+            with (self.out_dir / "trajectories.jsonl").open("a") as f:
+                for t in trajs:
+                    f.write(json.dumps({"step": self.step, **t.to_dict(with_ids=False)}) + "\n")
+        return metrics
+
+    def evaluate(self, episodes: int | None = None, pass_k: int | None = None) -> dict[str, float]:
+        e = self.cfg.eval
+        return evaluate(
+            self.policy, self.env_cls, self.env_options, self.builder,
+            episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
+            seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
+        )
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def train(self) -> dict[str, float]:
+        cfg = self.cfg
+        logger = MetricsLogger(self.out_dir)
+        last: dict[str, float] = {}
+        progress = Progress(
+            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.description}"),
+            console=self.console, disable=not cfg.train.progress, transient=False,
+        )
+        try:
+            with progress:
+                bar = progress.add_task("", total=cfg.train.steps, completed=self.step)
+                if self.step == 0:
+                    progress.update(bar, description="evaluating the untrained policy")
+                    self.last_eval = self.evaluate()
+                    logger.log(0, self.last_eval)
+                    self.save()
+                while self.step < cfg.train.steps:
+                    last = self.train_step()
+                    if self._eval_due():
+                        progress.update(bar, description="evaluating")
+                        self.last_eval = self.evaluate()
+                        last.update(self.last_eval)
+                    logger.log(self.step, last)
+                    if self.step % cfg.train.save_every == 0 or self.step == cfg.train.steps:
+                        self.save()
+                    progress.update(bar, completed=self.step, description=_live(last, self.last_eval))
+        except KeyboardInterrupt:
+            self.console.print(
+                f"[yellow]interrupted at step {self.step}.[/] The last checkpoint is intact; continue with "
+                f"`selfevolve train {self.out_dir / 'config.yaml'} train.resume=true`."
+            )
+            raise
+        finally:
+            logger.close()
+        return {**last, **self.last_eval}
+
+    def _eval_due(self) -> bool:
+        every = self.cfg.train.eval_every
+        return self.step == self.cfg.train.steps or (every > 0 and self.step % every == 0)
+
+
+def _live(m: dict[str, float], ev: dict[str, float]) -> str:
+    parts = [
+        f"reward {m.get('reward/mean', 0):.3f}",
+        f"success {m.get('success/rate', 0):.2f}",
+        f"valid {m.get('valid/rate', 0):.2f}",
+    ]
+    if "eval/success" in ev:
+        parts.append(f"eval {ev['eval/success']:.2f}")
+    parts.append(f"{m.get('tokens_per_s', 0):.0f} tok/s")
+    return " · ".join(parts)
+
+
+def find_checkpoint_or_none(out_dir: Path):
+    try:
+        return find_checkpoint(out_dir)
+    except SelfEvolveError:
+        return None

@@ -1,0 +1,87 @@
+"""The shared vocabulary: plain data types that flow between the stages.
+
+tasks -> rollout -> trajectories -> rewards -> advantages -> update. Each stage takes and returns these
+types, so each can be tested and swapped alone. They hold plain Python values (no tensors) so that they
+serialise to JSONL as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Task:
+    """One unit of work: which environment, from which start state, asking for what."""
+
+    id: str
+    env: str
+    seed: int
+    instruction: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    reference: str | None = None  # a reference solution, when one is known
+    intent: str | None = None
+    origin: str = "dataset"  # "dataset" | "synthesized"
+
+
+@dataclass
+class Step:
+    """One turn: what the model saw (exact ids), what it produced (exact ids) and what the world answered.
+
+    Token-in, token-out: ``prompt_ids`` and ``action_ids`` are exactly the ids given to and sampled from the
+    model; training never re-tokenises text. ``logprobs`` are the sampling policy's log-probabilities of
+    ``action_ids`` (the "old" policy of PPO). ``entropy``, ``top1`` and ``top2`` are per generated token, over the
+    full vocabulary (SELAUR's raw statistics: normalised entropy, least confidence, margin derive from them).
+    """
+
+    prompt_ids: list[int]
+    action_ids: list[int]
+    logprobs: list[float]
+    entropy: list[float] = field(default_factory=list)
+    top1: list[float] = field(default_factory=list)
+    top2: list[float] = field(default_factory=list)
+    action_text: str = ""
+    observation: str = ""  # the environment's answer to this action
+    reward: float = 0.0
+    done: bool = False
+    valid: bool = True
+    state_key: str = ""  # the environment state the action was taken in (GiGPO anchors)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """One episode of one task. ``group_id`` ties together the G rollouts of a task from the same start."""
+
+    task: Task
+    steps: list[Step] = field(default_factory=list)
+    group_id: str = ""
+    success: bool = False
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reward(self) -> float:
+        """The episode's outcome reward: the sum of its step rewards."""
+        return float(sum(s.reward for s in self.steps))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.steps)
+
+    def to_dict(self, with_ids: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        d["reward"] = self.reward
+        if not with_ids:
+            for s in d["steps"]:
+                for k in ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2"):
+                    s.pop(k, None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        d.pop("reward", None)
+        task = Task(**d.pop("task"))
+        steps = [Step(**s) for s in d.pop("steps")]
+        return cls(task=task, steps=steps, **d)
