@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from selfevolve.config import describe
 
@@ -54,7 +55,8 @@ def _split_args(args: list[str]) -> tuple[Optional[str], list[str]]:
 
 
 def _fail(msg: str) -> None:
-    err.print(f"[red]error:[/] {msg}", highlight=False)
+    # escape: messages hold paths and lists in brackets, which rich would read as markup
+    err.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -98,6 +100,8 @@ def eval_cmd(
         result = evaluate_checkpoint(run_dir, overrides or [])
     except SelfEvolveError as e:
         _fail(str(e))
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
     for k, v in result.items():
         out.print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
 

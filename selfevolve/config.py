@@ -4,13 +4,14 @@ Every field has a description (shown by ``selfevolve train --help`` through :fun
 value raises :class:`~selfevolve.errors.ConfigError` naming the key and what is allowed; the CLI turns that into
 a one-line message and exit status 2.
 
-``env`` options beyond ``name`` and ``max_turns`` belong to the chosen environment (e.g. ``env.size=6`` for
+``env`` options beyond ``name`` belong to the chosen environment (e.g. ``env.size=6`` for
 FrozenLake); they are checked against that environment's constructor.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,8 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from selfevolve.errors import ConfigError
 
 
+_EXP_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
 
 class LoraConfig(_Section):
@@ -46,7 +50,7 @@ class ModelConfig(_Section):
 class EnvConfig(BaseModel):
     """Environment choice; extra keys are the environment's own options, checked against its constructor."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(extra="allow", validate_assignment=True, coerce_numbers_to_str=True)
     name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', or your TextEnv class.")
 
     def options(self) -> dict[str, Any]:
@@ -59,7 +63,7 @@ class AgentConfig(_Section):
     )
     few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
     think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
-    max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
+    max_new_tokens: int = Field(16, ge=1, description="Token budget of one reply.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
 
 
@@ -128,7 +132,7 @@ class Config(_Section):
 
 
 def _fmt_loc(loc) -> str:
-    return ".".join(str(p) for p in loc if not isinstance(p, int) or True)
+    return ".".join(str(p) for p in loc)
 
 
 def _allowed_for(loc: tuple) -> str:
@@ -160,9 +164,13 @@ def _validate(data: dict) -> Config:
 def _parse_value(text: str) -> Any:
     """YAML scalar parsing for overrides: 3 -> int, 0.5 -> float, true -> bool, null -> None, [a,b] -> list."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    # YAML 1.1 reads 1e-2 as a string (it wants 1.0e-2); users mean a number.
+    if isinstance(value, str) and _EXP_FLOAT.fullmatch(value.strip()):
+        return float(value)
+    return value
 
 
 def apply_override(data: dict, dotted: str) -> None:

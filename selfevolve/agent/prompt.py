@@ -7,6 +7,12 @@ turns), then the episode — observations as user messages, the model's past rep
 
 The ids returned here are exactly what the model is given; the rollout stores them as the training sample's
 prompt (token-in, token-out) — nothing is re-tokenised later.
+
+With the full history (``history=None``, the default) the conversation only grows, so each turn's prompt is
+built *incrementally*: the previous prompt, then the exact ids the model generated, then the template's ids
+for the new observation. The model's own reply is never re-tokenised (re-tokenising can split the same text
+differently), and every prompt extends the previous one, which lets the trainer pack a whole episode into a
+single training row. Templates where this does not hold fall back to re-rendering the chat.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ class PromptBuilder:
     tokenizer: object
     instructions: str
     examples: list[tuple[str, str]]
-    history: int | None = 2
+    history: int | None = None
     few_shot: bool = True
     think: bool = False
 
@@ -48,6 +54,50 @@ class PromptBuilder:
 
     def prompt_ids(self, observations: list[str], actions: list[str], instruction: str = "") -> list[int]:
         return render_chat(self.tokenizer, self.messages(observations, actions, instruction))
+
+    def next_prompt_ids(
+        self,
+        prev_prompt: list[int],
+        action_ids: list[int],
+        observations: list[str],
+        actions: list[str],
+        instruction: str = "",
+    ) -> list[int]:
+        """The prompt after the model answered ``action_ids`` to ``prev_prompt`` and the world showed
+        ``observations[-1]``. Incremental (exact ids) for the full history, re-rendered for a window."""
+        if self.history is None:
+            delta = self._observation_delta(observations[-1])
+            if delta is not None:
+                # A reply cut by the token budget never closed its turn: close it (as prompt, not loss).
+                stops = {self._eot_id(), self.tokenizer.eos_token_id}
+                closing = [] if action_ids and action_ids[-1] in stops else [self._eot_id()]
+                return list(prev_prompt) + list(action_ids) + closing + delta
+        return self.prompt_ids(observations, actions, instruction)
+
+    def _eot_id(self) -> int:
+        """The id that closes a chat turn (``<|im_end|>`` in ChatML, else the eos token)."""
+        tok = self.tokenizer
+        im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        return im_end if isinstance(im_end, int) and im_end != tok.unk_token_id else tok.eos_token_id
+
+    def _observation_delta(self, observation: str) -> list[int] | None:
+        """Template ids between the end of an assistant reply and the next assistant opening, for ``observation``.
+
+        Found by rendering a probe chat with and without the new user message; ``None`` when the template does
+        not simply append (then the caller re-renders).
+        """
+        tok = self.tokenizer
+        base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "a"}]
+        a = tok.apply_chat_template(base, tokenize=False)
+        b = tok.apply_chat_template(base + [{"role": "user", "content": observation}], tokenize=False,
+                                    add_generation_prompt=True)
+        eot = tok.convert_ids_to_tokens(self._eot_id())
+        i = a.rfind(eot)
+        if not b.startswith(a) or i < 0:
+            return None
+        text = a[i + len(eot):] + b[len(a):]
+        return list(tok.encode(text, add_special_tokens=False))
 
 
 def render_chat(tokenizer, messages: list[dict]) -> list[int]:

@@ -81,10 +81,15 @@ class FrozenLakeEnv(TextEnv):
         moves_per_turn: how many moves (1..k) one answer may hold; they run in order and stop when the
             episode ends.
         invalid_penalty: reward subtracted for an unparseable answer (which changes nothing).
+        progress_reward: weight of a potential-based shaping term, coef * (phi(s') - phi(s)) per move, with
+            phi = progress() (1 - normalised distance to the goal) and phi = 0 in a hole. Summed over an episode
+            it is coef * phi(final): 0 for a fall, coef for the goal, in between for an unfinished walk — so a
+            success stays the best outcome while unfinished walks still get a graded signal (0 disables it).
 
     Observation: the grid, one row per line, cells separated by a space: ``P`` player, ``_`` frozen, ``O`` hole,
     ``G`` goal, ``X`` player fallen in a hole, ``√`` player on the goal.
-    Reward: +1 on reaching the goal, 0 for any other valid move, ``-invalid_penalty`` for an invalid answer.
+    Reward: +1 on reaching the goal, 0 for any other valid move, ``-invalid_penalty`` for an invalid answer,
+    plus the optional progress shaping.
     """
 
     name = "frozenlake"
@@ -100,9 +105,10 @@ class FrozenLakeEnv(TextEnv):
         size: int = 4,
         slippery: bool = False,
         p_frozen: float = 0.8,
-        max_turns: int = 8,
-        moves_per_turn: int = 1,
+        max_turns: int = 4,
+        moves_per_turn: int = 4,
         invalid_penalty: float = 0.1,
+        progress_reward: float = 1.0,
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
@@ -122,6 +128,7 @@ class FrozenLakeEnv(TextEnv):
         self.max_turns = max_turns
         self.moves_per_turn = moves_per_turn
         self.invalid_penalty = float(invalid_penalty)
+        self.progress_reward = float(progress_reward)
         self.instructions = self._instructions()
         self.examples = _examples(moves_per_turn)
         self._gym: _GymFrozenLake | None = None
@@ -200,6 +207,9 @@ class FrozenLakeEnv(TextEnv):
         span = (n_rows - 1) + (n_cols - 1)
         return max(0.0, min(1.0, 1.0 - (abs(gr - r) + abs(gc - c)) / span))
 
+    def _potential(self) -> float:
+        return 0.0 if self._cell() == "H" else self.progress()
+
     # ---------------------------------------------------------------- step
     def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
         return {"success": self.success, "valid_action": valid, "moves": moves}
@@ -215,6 +225,7 @@ class FrozenLakeEnv(TextEnv):
             return StepResult(self.render(), 0.0, True, self._info(True, []))
         reward = 0.0
         executed: list[str] = []
+        before = self._potential()
         for move in moves:
             self._gym.step(MOVES.index(move))
             executed.append(move)
@@ -223,6 +234,8 @@ class FrozenLakeEnv(TextEnv):
                 self.done = True
                 reward += 1.0 if cell == "G" else 0.0
                 break
+        if self.progress_reward:
+            reward += self.progress_reward * (self._potential() - before)
         return StepResult(self.render(), reward, self.done, self._info(True, executed))
 
     # ---------------------------------------------------------------- snapshots
@@ -252,7 +265,7 @@ class FrozenLakeEnv(TextEnv):
 def _examples(k: int) -> list[tuple[str, str]]:
     """Two example turns on the fixed example map, each answered with a move on a shortest safe path."""
     env = FrozenLakeEnv.__new__(FrozenLakeEnv)
-    env.slippery, env.moves_per_turn, env.invalid_penalty = False, 4, 0.0
+    env.slippery, env.moves_per_turn, env.invalid_penalty, env.progress_reward = False, 4, 0.0, 0.0
     first = env.load(_EXAMPLE_MAP)  # P at (0,0), hole below: go Right
     env.step("Right Down Down Right")  # to (2,2); the goal is down-right, a hole to the right
     second = env.render()

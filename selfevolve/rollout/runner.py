@@ -49,11 +49,12 @@ def rollout(
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
     observations = [[env.reset(task.seed)] for env, task in zip(envs, tasks)]
     replies: list[list[str]] = [[] for _ in tasks]
+    prompt_of = [builder.prompt_ids(observations[i], [], t.instruction) for i, t in enumerate(tasks)]
     active = list(range(len(tasks)))
     for turn in range(max_turns):
         if not active:
             break
-        prompts = [builder.prompt_ids(observations[i], replies[i], tasks[i].instruction) for i in active]
+        prompts = [prompt_of[i] for i in active]
         gen = policy.generate(prompts, greedy=greedy, generator=generator)
         if stats is not None:
             stats.prompt_tokens += gen.prompt_tokens
@@ -87,6 +88,9 @@ def rollout(
             replies[i].append(text)
             if not done:
                 still.append(i)
+                prompt_of[i] = builder.next_prompt_ids(
+                    prompts[k], gen.ids[k], observations[i], replies[i], tasks[i].instruction
+                )
         active = still
     if stats is not None:
         stats.seconds += time.perf_counter() - t0

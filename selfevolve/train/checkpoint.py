@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from selfevolve.errors import SelfEvolveError
 
 KEEP_LAST = 2
+CKPT_FILES = ("state.json", "adapter.safetensors", "rng.pt", "config.yaml")
 
 
 def checkpoints_dir(out_dir: str | Path) -> Path:
@@ -74,26 +75,33 @@ def find_checkpoint(path: str | Path) -> Path:
     if not path.exists():
         raise SelfEvolveError(f"no such run or checkpoint folder: {path}")
     if (path / "state.json").is_file():
+        missing = [f for f in CKPT_FILES if not (path / f).is_file()]
+        if missing:
+            raise SelfEvolveError(f"{path}: incomplete checkpoint (missing {', '.join(missing)})")
         return path
     root = checkpoints_dir(path)
     latest = root / "latest"
     if latest.is_file():
         ckpt = root / latest.read_text().strip()
-        if (ckpt / "state.json").is_file():
+        if all((ckpt / f).is_file() for f in CKPT_FILES):
             return ckpt
     steps = sorted(root.glob("step-*/state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    steps = [p.parent for p in steps if all((p.parent / f).is_file() for f in CKPT_FILES)]
     if steps:
-        return steps[-1].parent
+        return steps[-1]
     raise SelfEvolveError(f"{path} holds no checkpoint (expected {root}/step-N/ or a checkpoint folder)")
 
 
 def load_checkpoint(ckpt: Path) -> dict[str, Any]:
-    out = {
-        "state": json.loads((ckpt / "state.json").read_text()),
-        "adapter": load_file(str(ckpt / "adapter.safetensors")),
-        "rng": torch.load(ckpt / "rng.pt", weights_only=False),
-        "config_yaml": (ckpt / "config.yaml").read_text(),
-    }
-    if (ckpt / "optimizer.pt").is_file():
-        out["optimizer"] = torch.load(ckpt / "optimizer.pt", weights_only=False)
+    try:
+        out = {
+            "state": json.loads((ckpt / "state.json").read_text()),
+            "adapter": load_file(str(ckpt / "adapter.safetensors")),
+            "rng": torch.load(ckpt / "rng.pt", weights_only=False),
+            "config_yaml": (ckpt / "config.yaml").read_text(),
+        }
+        if (ckpt / "optimizer.pt").is_file():
+            out["optimizer"] = torch.load(ckpt / "optimizer.pt", weights_only=False)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise SelfEvolveError(f"{ckpt}: incomplete or corrupt checkpoint ({e})") from None
     return out

@@ -26,12 +26,13 @@ from pathlib import Path
 import torch
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.algos.advantages import compute_advantages
 from selfevolve.config import Config, save_config
-from selfevolve.envs import ENVS, make_env
+from selfevolve.envs import ENVS, env_options, make_env
 from selfevolve.envs.base import TextEnv
 from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
 from selfevolve.models.loading import load_model
@@ -47,6 +48,15 @@ from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
 _RUN_DEFINING = ("seed", "model", "env", "agent", "algo")
+_RUN_FILES = ("config.yaml", "metrics.jsonl", "trajectories.jsonl", "tensorboard", "checkpoints")
+
+
+def _run_view(dump: dict, section: str):
+    """A config section as compared on resume; env options with their defaults filled in."""
+    value = dump.get(section)
+    if section == "env" and isinstance(value, dict) and value.get("name") in ENVS:
+        value = {**env_options(ENVS[value["name"]]), **value}
+    return value
 
 
 def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
@@ -84,7 +94,7 @@ class Trainer:
         self.env_options = cfg.env.options()
         self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
         self.out_dir = Path(cfg.train.out_dir)
-        self._prepare_out_dir()
+        self._check_out_dir()  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
         self.policy = build_policy(cfg)
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
@@ -95,32 +105,44 @@ class Trainer:
         self.rng = random.Random(cfg.seed)
         self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
         self.step = 0
+        self.resumed = False
         self.last_eval: dict[str, float] = {}
+        self._init_out_dir()
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
 
     # ---- run folder -------------------------------------------------------------------------------------------
-    def _prepare_out_dir(self) -> None:
+    def _is_run(self) -> bool:
+        out = self.out_dir
+        return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
+
+    def _check_out_dir(self) -> None:
         cfg, out = self.cfg, self.out_dir
-        saved = out / "config.yaml"
-        if saved.is_file() and not cfg.train.resume:
-            if not cfg.train.overwrite:
-                raise SelfEvolveError(
-                    f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
-                    f"replace it with train.overwrite=true, or choose another train.out_dir."
-                )
-            shutil.rmtree(out)
-        if saved.is_file() and cfg.train.resume:
-            old = yaml.safe_load(saved.read_text()) or {}
-            new = cfg.model_dump(mode="json")
-            diff = [k for k in _RUN_DEFINING if old.get(k) != new.get(k)]
+        if out.exists() and not out.is_dir():
+            raise SelfEvolveError(f"train.out_dir={str(out)!r} is a file, not a folder")
+        if self._is_run() and not cfg.train.resume and not cfg.train.overwrite:
+            raise SelfEvolveError(
+                f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
+                f"replace it with train.overwrite=true, or choose another train.out_dir."
+            )
+        if self._is_run() and cfg.train.resume:
+            old = yaml.safe_load((out / "config.yaml").read_text()) or {}
+            diff = [k for k in _RUN_DEFINING if _run_view(old, k) != _run_view(cfg.model_dump(mode="json"), k)]
             if diff:
                 raise SelfEvolveError(
                     f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
-                    f"(see {saved}); only train.* and eval.* may change on resume"
+                    f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume"
                 )
+
+    def _init_out_dir(self) -> None:
+        out = self.out_dir
+        if self._is_run() and not self.cfg.train.resume and self.cfg.train.overwrite:
+            # Remove only what a run writes: out_dir may be a folder that holds other things too.
+            for name in _RUN_FILES:
+                p = out / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         out.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, saved)
+        save_config(self.cfg, out / "config.yaml")
 
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.out_dir)
@@ -138,7 +160,8 @@ class Trainer:
         self.generator.set_state(rng["sampler"])
         for name in ("metrics.jsonl", "trajectories.jsonl"):
             truncate_jsonl(self.out_dir / name, self.step)
-        self.console.print(f"[bold]resuming[/] {self.out_dir} from step {self.step} ({ckpt.name})")
+        self.resumed = True
+        self.console.print(f"[bold]resuming[/] {escape(str(self.out_dir))} from step {self.step} ({ckpt.name})")
 
     def save(self) -> Path:
         return save_checkpoint(
@@ -212,7 +235,7 @@ class Trainer:
         try:
             with progress:
                 bar = progress.add_task("", total=cfg.train.steps, completed=self.step)
-                if self.step == 0:
+                if self.step == 0 and not self.resumed:
                     progress.update(bar, description="evaluating the untrained policy")
                     self.last_eval = self.evaluate()
                     logger.log(0, self.last_eval)
@@ -230,7 +253,7 @@ class Trainer:
         except KeyboardInterrupt:
             self.console.print(
                 f"[yellow]interrupted at step {self.step}.[/] The last checkpoint is intact; continue with "
-                f"`selfevolve train {self.out_dir / 'config.yaml'} train.resume=true`."
+                f"`selfevolve train {escape(str(self.out_dir / 'config.yaml'))} train.resume=true`."
             )
             raise
         finally:

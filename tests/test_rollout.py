@@ -1,0 +1,153 @@
+"""Generation, prompts and rollouts through the real code path, on the tiny model in fp32.
+
+The central property is token-in, token-out: the training sample is exactly the ids the model saw and produced,
+and the log-probs the update recomputes on it equal the ones recorded at rollout time.
+"""
+
+import pytest
+import torch
+
+from selfevolve.agent.parsing import parse_action
+from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.config import load_config
+from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.models.generation import generate
+from selfevolve.rollout.runner import RolloutStats, rollout
+from selfevolve.tasks.source import SeedTasks, eval_tasks
+from selfevolve.train.samples import build_rows, collate
+from selfevolve.train.trainer import build_policy, build_prompt
+
+
+@pytest.fixture(scope="module")
+def policy():
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=6"])
+    return build_policy(cfg)
+
+
+def test_parse_action_forms():
+    assert parse_action("Left") == "Left"
+    assert parse_action("  Down \n") == "Down"
+    assert parse_action("<think>hole below, go right</think><answer>Right</answer>") == "Right"
+    assert parse_action("<think>hmm</think> Up") == "Up"
+    assert parse_action("<think>never closed") == ""
+    assert parse_action("<answer>Left") == ""
+
+
+def test_generation_matches_a_plain_forward_pass(policy):
+    """Batched generation with a shared-prefix cache gives the same tokens and log-probs as batch-1 generation
+    and as one forward pass over prompt + reply."""
+    model = policy.model
+    prefix = list(range(100, 140))
+    prompts = [prefix + [7, 8, 9], prefix + [10], prefix + [11, 12, 13, 14, 15]]
+    kw = dict(max_new_tokens=5, stop_ids={2}, pad_id=2, greedy=True)
+    shared = generate(model, prompts, prefix_ids=prefix, **kw)
+    plain = generate(model, prompts, **kw)
+    assert shared.ids == plain.ids
+    for i, p in enumerate(prompts):
+        alone = generate(model, [p], **kw)
+        assert alone.ids[0] == shared.ids[i]
+        with torch.no_grad():
+            logits = model(torch.tensor([p + shared.ids[i]])).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        ref = [logp[len(p) - 1 + j, t].item() for j, t in enumerate(shared.ids[i])]
+        assert max(abs(a - b) for a, b in zip(ref, shared.logprobs[i])) < 1e-4
+        # uncertainty statistics are those of the full distribution
+        p_dist = logp[len(p) - 1].exp()
+        assert abs(shared.entropy[i][0] - float(-(p_dist * logp[len(p) - 1]).sum())) < 1e-4
+        top = p_dist.topk(2).values
+        assert abs(shared.top1[i][0] - float(top[0])) < 1e-5 and abs(shared.top2[i][0] - float(top[1])) < 1e-5
+
+
+def test_sampling_is_reproducible_with_a_generator(policy):
+    prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    kw = dict(max_new_tokens=4, stop_ids={2}, pad_id=2)
+    a = generate(policy.model, prompts, generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(policy.model, prompts, generator=torch.Generator().manual_seed(3), **kw)
+    assert a.ids == b.ids and a.logprobs == b.logprobs
+
+
+def test_incremental_prompt_equals_rendered_chat(policy):
+    tok = policy.tokenizer
+    b = PromptBuilder(tok, "rules", [("example board", "Right")], history=None)
+    p0 = b.prompt_ids(["board 0"], [])
+    reply = tok.encode("Down", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    p1 = b.next_prompt_ids(p0, reply, ["board 0", "board 1"], ["Down"])
+    assert p1 == b.prompt_ids(["board 0", "board 1"], ["Down"])
+    # a reply cut by the token budget is closed by the prompt, not by pretending the model said it
+    cut = tok.encode("Down Down", add_special_tokens=False)
+    p1b = b.next_prompt_ids(p0, cut, ["board 0", "board 1"], ["Down Down"])
+    assert p1b[: len(p0) + len(cut)] == p0 + cut
+    assert p1b[len(p0) + len(cut)] == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_bounded_history_shows_only_the_last_turns(policy):
+    b = PromptBuilder(policy.tokenizer, "rules", [("ex", "Up")], history=1)
+    msgs = b.messages(["o0", "o1", "o2"], ["a0", "a1"])
+    contents = [m["content"] for m in msgs]
+    assert contents == ["rules", "ex", "Up", "o1", "a1", "o2"]
+
+
+def test_rollout_is_token_in_token_out(policy):
+    """Each step stores the exact prompt and reply ids; the packed training row is their concatenation and the
+    update's recomputed log-probs equal the rollout's old log-probs."""
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
+    env = make_env(FrozenLakeEnv)
+    builder = build_prompt(cfg, policy, env)
+    tasks = [t for t in SeedTasks("frozenlake").next(2) for _ in range(2)]
+    envs = [make_env(FrozenLakeEnv, max_turns=3) for _ in tasks]
+    stats = RolloutStats()
+    trajs = rollout(policy, envs, tasks, builder, max_turns=3, generator=torch.Generator().manual_seed(0),
+                    stats=stats)
+    assert stats.generate_calls == 3 and stats.new_tokens == sum(len(s.action_ids) for t in trajs for s in t.steps)
+    for traj in trajs:
+        assert traj.steps[0].prompt_ids == builder.prompt_ids([env.reset(traj.task.seed)], [])
+        for prev, nxt in zip(traj.steps, traj.steps[1:]):
+            # the next prompt extends the previous prompt + the exact reply ids (never re-tokenised)
+            assert nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.action_ids)] == prev.prompt_ids + prev.action_ids
+        for s in traj.steps:
+            assert s.action_text == policy.decode(s.action_ids)
+            assert len(s.logprobs) == len(s.action_ids) == len(s.entropy) == len(s.top1) == len(s.top2)
+    rows = build_rows(trajs, [1.0] * len(trajs))
+    assert len(rows) == len(trajs)  # full-history episodes pack into one row each
+    for row, traj in zip(rows, trajs):
+        last = traj.steps[-1]
+        assert row.ids == last.prompt_ids + last.action_ids
+        generated = [i for i, m in zip(row.ids, row.mask) if m]
+        assert generated == [t for s in traj.steps for t in s.action_ids]
+        assert row.old_logprobs == [lp for s in traj.steps for lp in s.logprobs]
+    batch = collate(rows, policy.pad_id)
+    with torch.no_grad():
+        logp, _ = policy.action_logprobs(batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
+    assert logp.shape == batch["old_logprobs"].shape
+    assert (logp - batch["old_logprobs"]).abs().max() < 1e-4
+
+
+def test_finished_environments_leave_the_batch(policy):
+    """An episode that ends at turn 1 is not generated for again."""
+
+    class OneShot(FrozenLakeEnv):
+        def step(self, action):
+            res = super().step(action)
+            res.done = True
+            return res
+
+    cfg = load_config(overrides=["model.name=tiny"])
+    builder = build_prompt(cfg, policy, make_env(OneShot))
+    tasks = eval_tasks("frozenlake", 3)
+    stats = RolloutStats()
+    trajs = rollout(policy, [make_env(OneShot) for _ in tasks], tasks, builder, max_turns=4,
+                    generator=torch.Generator().manual_seed(0), stats=stats)
+    assert stats.generate_calls == 1 and all(len(t.steps) == 1 for t in trajs)
+
+
+def test_invalid_replies_are_penalised_not_fatal(policy):
+    """The random tiny model writes gibberish: every step is an invalid action with the penalty, no exception."""
+    cfg = load_config(overrides=["model.name=tiny"])
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tasks = eval_tasks("frozenlake", 2)
+    trajs = rollout(policy, [make_env(FrozenLakeEnv, max_turns=2) for _ in tasks], tasks, builder, max_turns=2,
+                    greedy=True)
+    for t in trajs:
+        assert [s.valid for s in t.steps] == [False, False]
+        assert [s.reward for s in t.steps] == [-0.1, -0.1]
+        assert t.steps[-1].info["truncated"] is True
