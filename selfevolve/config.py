@@ -59,7 +59,10 @@ class EnvConfig(BaseModel):
 
 class AgentConfig(_Section):
     history: int | None = Field(
-        2, ge=0, description="Past turns kept in the prompt (bounded history); null keeps all."
+        None,
+        ge=0,
+        description="Past turns kept in the prompt (bounded history); null keeps all (append-only chat: "
+        "exact reply ids, cache reuse across turns, one training row per episode).",
     )
     few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
     think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")

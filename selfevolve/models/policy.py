@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from transformers import DynamicCache
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 
-from selfevolve.models.generation import Generation, generate
+from selfevolve.models.generation import Generation, KVState, generate
 
 
 def common_prefix(seqs: list[list[int]]) -> list[int]:
@@ -59,15 +60,21 @@ class Policy:
         return next(self.model.parameters()).device
 
     def generate(
-        self, prompts: list[list[int]], *, greedy: bool = False, generator: torch.Generator | None = None
+        self,
+        prompts: list[list[int]],
+        *,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+        state: KVState | None = None,
     ) -> Generation:
+        """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional)."""
         was_training = self.model.training
         self.model.eval()
         try:
-            prefix = common_prefix(prompts)
+            prefix = [] if state is not None and state.extends(prompts) else common_prefix(prompts)
             # The shared prefix (system prompt + few-shot turns) is encoded once for the whole batch; every
             # prompt must keep at least one token of its own.
-            if len(prefix) >= min(len(p) for p in prompts):
+            if prefix and len(prefix) >= min(len(p) for p in prompts):
                 prefix = prefix[:-1]
             return generate(
                 self.model,
@@ -79,6 +86,7 @@ class Policy:
                 greedy=greedy,
                 generator=generator,
                 prefix_ids=prefix if len(prefix) >= 16 and len(prompts) > 1 else None,
+                state=state,
             )
         finally:
             self.model.train(was_training)
@@ -92,15 +100,36 @@ class Policy:
         return base.model, base.lm_head
 
     def action_logprobs(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor, with_entropy=False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        loss_mask: torch.Tensor,
+        with_entropy: bool = False,
+        prefix_len: int = 0,
     ):
         """Log-probs of ``input_ids`` at the positions where ``loss_mask`` is 1, as a flat vector.
 
         ``loss_mask[b, j] = 1`` marks token j as a model-generated token: it is predicted from the hidden state at
         j − 1. Returns ``(logprobs [n], entropy [n] or None)`` in the order of ``loss_mask.nonzero()``.
+
+        ``prefix_len``: the first ``prefix_len`` tokens are the same in every row and carry no loss (the system
+        prompt and few-shot turns). They are encoded once and their keys/values shared by all rows — gradients
+        flow back through the sharing, so the result equals the plain computation at a fraction of the cost.
         """
         body, head = self._body_and_head()
-        hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        P = prefix_len
+        if P > 0 and input_ids.shape[0] > 1:
+            assert not loss_mask[:, : P + 1].any(), "the shared prefix must carry no loss"
+            cache = DynamicCache()
+            body(input_ids=input_ids[:1, :P], past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(input_ids.shape[0])
+            rest = input_ids[:, P:]
+            positions = torch.arange(P, input_ids.shape[1], device=input_ids.device)[None].expand_as(rest)
+            hidden = body(input_ids=rest, attention_mask=attention_mask, position_ids=positions,
+                          past_key_values=cache, use_cache=True).last_hidden_state
+            input_ids, loss_mask = rest, loss_mask[:, P:]
+        else:
+            hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sel = loss_mask[:, 1:].bool()
         h = hidden[:, :-1][sel]
         logits = head(h).float()

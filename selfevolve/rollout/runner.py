@@ -42,8 +42,13 @@ def rollout(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     stats: RolloutStats | None = None,
+    reuse_cache: bool = True,
 ) -> list[Trajectory]:
-    """Play ``tasks[i]`` in ``envs[i]`` for at most ``max_turns`` turns; return one trajectory per task."""
+    """Play ``tasks[i]`` in ``envs[i]`` for at most ``max_turns`` turns; return one trajectory per task.
+
+    ``reuse_cache``: keep each episode's key/value cache from turn to turn (exact; only new tokens are encoded
+    when the prompt extends the previous one, as the full-history chat does).
+    """
     assert len(envs) == len(tasks)
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
@@ -51,11 +56,12 @@ def rollout(
     replies: list[list[str]] = [[] for _ in tasks]
     prompt_of = [builder.prompt_ids(observations[i], [], t.instruction) for i, t in enumerate(tasks)]
     active = list(range(len(tasks)))
+    kv = None  # the caches of the active rows, carried from turn to turn
     for turn in range(max_turns):
         if not active:
             break
         prompts = [prompt_of[i] for i in active]
-        gen = policy.generate(prompts, greedy=greedy, generator=generator)
+        gen = policy.generate(prompts, greedy=greedy, generator=generator, state=kv)
         if stats is not None:
             stats.prompt_tokens += gen.prompt_tokens
             stats.new_tokens += gen.new_tokens
@@ -91,6 +97,9 @@ def rollout(
                 prompt_of[i] = builder.next_prompt_ids(
                     prompts[k], gen.ids[k], observations[i], replies[i], tasks[i].instruction
                 )
+        if still and gen.state is not None and reuse_cache:
+            keep = set(still)
+            kv = gen.state.select([k for k, i in enumerate(active) if i in keep])
         active = still
     if stats is not None:
         stats.seconds += time.perf_counter() - t0

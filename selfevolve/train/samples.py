@@ -90,3 +90,15 @@ def micro_batches(rows: list[Row], max_tokens: int) -> list[list[Row]]:
     if cur:
         chunks.append(cur)
     return chunks
+
+
+def shared_prefix_len(rows: list[Row]) -> int:
+    """Length of the ids every row starts with, stopping before any row's first loss token (and its predictor)."""
+    if len(rows) < 2:
+        return 0
+    first = rows[0].ids
+    limit = min(r.mask.index(1) if 1 in r.mask else len(r) for r in rows) - 1
+    n = 0
+    while n < limit and all(r.ids[n] == first[n] for r in rows):
+        n += 1
+    return n

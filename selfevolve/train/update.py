@@ -12,7 +12,7 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
-from selfevolve.train.samples import Row, collate, micro_batches
+from selfevolve.train.samples import Row, collate, micro_batches, shared_prefix_len
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> dict[str, float]:
@@ -32,8 +32,9 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
             st_mb: dict[str, float] = {}
             for chunk in micro_batches(mb, algo.micro_batch_tokens):
                 b = collate(chunk, policy.pad_id, policy.device)
+                P = shared_prefix_len(chunk)
                 logp, ent = policy.action_logprobs(
-                    b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True
+                    b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P
                 )
                 ones = torch.ones_like(logp)[None]
                 loss, st = ppo_clip_loss(
@@ -50,7 +51,9 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
                 st["entropy"] = float(ent.mean())
                 if algo.kl_coef > 0:
                     with torch.no_grad(), policy.reference():
-                        ref, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"])
+                        ref, _ = policy.action_logprobs(
+                            b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P
+                        )
                     kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                     loss = loss + algo.kl_coef * kl
                     st["kl"] = float(kl)
