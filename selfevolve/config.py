@@ -43,7 +43,9 @@ class ModelConfig(_Section):
         description="'smollm2-135m' (embedded, offline), 'tiny' (random small Llama, for tests), "
         "or a local path / cached Hugging Face id.",
     )
-    dtype: Literal["bf16", "fp32", "fp16"] = Field("bf16", description="Weights and compute dtype.")
+    dtype: Literal["auto", "bf16", "fp32", "fp16"] = Field(
+        "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 

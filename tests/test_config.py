@@ -26,7 +26,7 @@ def test_defaults():
     cfg = load_config()
     assert isinstance(cfg, Config)
     assert cfg.seed == 0
-    assert cfg.model.name == "smollm2-135m" and cfg.model.dtype == "bf16"
+    assert cfg.model.name == "smollm2-135m" and cfg.model.dtype == "auto"
     assert cfg.model.lora.r == 16 and cfg.model.lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert cfg.env.name == "frozenlake" and cfg.env.options() == {}
     assert cfg.agent.history == 2 and cfg.agent.few_shot is True

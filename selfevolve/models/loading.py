@@ -30,6 +30,14 @@ _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """``auto``: fp32 on CPU, bf16 on GPU. On this project's 2-core CPU the rollout (many small matrix products
+    at decode time) and the LoRA update both ran faster in fp32 than in bf16 (docs/benchmarks.md)."""
+    if dtype == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return DTYPES[dtype]
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("SELFEVOLVE_CACHE", Path.home() / ".cache" / "selfevolve"))
 
@@ -100,11 +108,11 @@ def tiny_config(vocab_size: int, **overrides) -> LlamaConfig:
     return LlamaConfig(**kw)
 
 
-def load_model(name: str, dtype: str = "bf16", seed: int = 0):
+def load_model(name: str, dtype: str = "auto", seed: int = 0):
     """Return ``(model, tokenizer)`` in eval mode on the CPU (or the first GPU when one is present)."""
-    if dtype not in DTYPES:
-        raise ConfigError(f"model.dtype={dtype!r} is not allowed; allowed: {', '.join(DTYPES)}")
-    torch_dtype = DTYPES[dtype]
+    if dtype not in DTYPES and dtype != "auto":
+        raise ConfigError(f"model.dtype={dtype!r} is not allowed; allowed: auto, {', '.join(DTYPES)}")
+    torch_dtype = resolve_dtype(dtype)
     if name == TINY:
         tok = load_tokenizer(SMOLLM2)
         # Weights depend only on `seed`, not on whatever the global RNG did before.
