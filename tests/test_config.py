@@ -29,7 +29,7 @@ def test_defaults():
     assert cfg.model.name == "smollm2-135m" and cfg.model.dtype == "auto"
     assert cfg.model.lora.r == 16 and cfg.model.lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert cfg.env.name == "frozenlake" and cfg.env.options() == {}
-    assert cfg.agent.history == 2 and cfg.agent.few_shot is True
+    assert cfg.agent.history is None and cfg.agent.few_shot is True
     assert cfg.algo.name == "grpo" and cfg.algo.group_size == 8 and cfg.algo.lr == pytest.approx(2e-4)
     assert cfg.train.steps == 30 and cfg.train.out_dir == "runs/default"
     assert cfg.train.resume is False and cfg.train.overwrite is False
@@ -63,7 +63,7 @@ def test_empty_yaml_file_is_defaults(tmp_path):
         ("train.resume=true", lambda c: c.train.resume, True),
         ("agent.few_shot=false", lambda c: c.agent.few_shot, False),
         ("agent.think=True", lambda c: c.agent.think, True),
-        ("agent.history=null", lambda c: c.agent.history, None),
+        ("agent.history=2", lambda c: c.agent.history, 2),
         ("algo.dual_clip=null", lambda c: c.algo.dual_clip, None),
         ("model.lora.target_modules=[q_proj,v_proj]", lambda c: c.model.lora.target_modules, ["q_proj", "v_proj"]),
         ("model.lora.target_modules=[]", lambda c: c.model.lora.target_modules, []),
@@ -227,7 +227,7 @@ def test_validate_assignment():
 # ---- save / describe -------------------------------------------------------------------------------------------
 def test_save_config_round_trip(tmp_path):
     cfg = load_config(overrides=[
-        "seed=7", "model.name=tiny", "env.size=6", "agent.history=null", "algo.name=rloo", "algo.lr=0.001",
+        "seed=7", "model.name=tiny", "env.size=6", "agent.history=3", "algo.name=rloo", "algo.lr=0.001",
         "model.lora.target_modules=[q_proj]", "train.steps=3", "eval.pass_k=2",
     ])
     path = tmp_path / "saved.yaml"
