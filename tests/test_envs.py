@@ -28,8 +28,12 @@ INVALID_TEXTS = [
 ]
 
 
+# gymnasium's classic game: one move per turn, no shaping (the library defaults add both, for learnability)
+CLASSIC = {"moves_per_turn": 1, "progress_reward": 0.0, "max_turns": 8}
+
+
 def lake(**options) -> FrozenLakeEnv:
-    env = FrozenLakeEnv(**options)
+    env = FrozenLakeEnv(**{**CLASSIC, **options})
     env.load(LAKE)
     return env
 
@@ -142,24 +146,24 @@ def _trace(env, actions):
 
 def test_frozenlake_snapshot_restore_exact_slippery():
     actions = ["Right", "Down", "Right", "Down", "Left", "Down", "Right", "Up"] * 3
-    env = FrozenLakeEnv(slippery=True, size=6, p_frozen=0.95, max_turns=30)
+    env = FrozenLakeEnv(**{**CLASSIC, "max_turns": 30}, slippery=True, size=6, p_frozen=0.95)
     env.reset(11)
     env.step("Right")
     snap = env.snapshot()
     original = _trace(env, actions)
     env.restore(snap)
     assert _trace(env, actions) == original
-    fresh = FrozenLakeEnv(slippery=True, size=6, p_frozen=0.95)
+    fresh = FrozenLakeEnv(**CLASSIC, slippery=True, size=6, p_frozen=0.95)
     fresh.restore(snap)
     assert _trace(fresh, actions) == original
     # same seed, same slippery episode
-    a, b = FrozenLakeEnv(slippery=True), FrozenLakeEnv(slippery=True)
+    a, b = FrozenLakeEnv(**CLASSIC, slippery=True), FrozenLakeEnv(**CLASSIC, slippery=True)
     a.reset(3), b.reset(3)
     assert _trace(a, actions) == _trace(b, actions)
     # slippery ice does slide: across seeds, "Right" does not always go right
     moved = set()
     for seed in range(10):
-        e = FrozenLakeEnv(slippery=True, p_frozen=1.0)
+        e = FrozenLakeEnv(**CLASSIC, slippery=True, p_frozen=1.0)
         e.reset(seed)
         e.step("Right")
         moved.add(e.state_key())
@@ -169,7 +173,7 @@ def test_frozenlake_snapshot_restore_exact_slippery():
 def test_frozenlake_examples_and_instructions():
     assert "Left, Down, Right or Up" in FrozenLakeEnv.instructions
     train_maps = {FrozenLakeEnv().reset(s).replace("P", "_") for s in range(50)}
-    for examples, k in [(FrozenLakeEnv.examples, 1), (FrozenLakeEnv(moves_per_turn=2).examples, 2)]:
+    for examples, k in [(FrozenLakeEnv(**CLASSIC).examples, 1), (FrozenLakeEnv(moves_per_turn=2).examples, 2)]:
         assert len(examples) == 2
         for obs, action in examples:
             assert parse_moves(action, FrozenLakeEnv.moves, k) is not None
@@ -333,7 +337,8 @@ def test_make_env():
     env = make_env("sokoban", dim_room=[7, 7], num_boxes=2)
     assert env.dim_room == (7, 7) and len(parse_room(env.reset(0))["boxes"]) == 2
     assert env_options(FrozenLakeEnv) == {
-        "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 8, "moves_per_turn": 1, "invalid_penalty": 0.1,
+        "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 4, "moves_per_turn": 4, "invalid_penalty": 0.1,
+        "progress_reward": 1.0,
     }
     assert set(env_options(SokobanEnv)) == {
         "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth",
@@ -392,3 +397,23 @@ def test_make_env_with_a_class():
     assert env.n == 2
     with pytest.raises(ConfigError, match="'goal'.*target"):
         make_env(Counter, goal=2)
+
+
+def test_frozenlake_progress_shaping_sums_to_final_potential():
+    """Shaping per move = coef * (phi(s') - phi(s)), phi = 1 - manhattan/6 on 4x4 and 0 in a hole.
+
+    On the example map (hole at (1,0)): Right -> (0,1): phi 0 -> 1/6, reward 1/6. Then Left, Down -> (1,0) is a
+    hole: phi 1/6 -> 0 in that turn: reward -1/6, and the episode's shaping sums to 0 (= phi of a hole).
+    Reaching the goal gives 1 + coef * (1 - phi(s)).
+    """
+    env = FrozenLakeEnv(progress_reward=1.0, moves_per_turn=4)
+    env.load(["SFFF", "HFHF", "FFFH", "HFFG"])
+    _, r1, done, _ = env.step("Right")
+    assert r1 == pytest.approx(1 / 6) and not done
+    _, r2, done, info = env.step("Left Down")
+    assert r2 == pytest.approx(-1 / 6) and done and not info["success"]
+    env.load(["SFFF", "HFHF", "FFFH", "HFFG"])
+    _, r, done, info = env.step("Right Down Down Right")  # to (2,2): phi = 1 - 2/6
+    assert r == pytest.approx(4 / 6)
+    _, r, done, info = env.step("Down Right")
+    assert done and info["success"] and r == pytest.approx(1 + 2 / 6)

