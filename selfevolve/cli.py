@@ -60,7 +60,11 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-@app.command(help=TRAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@app.command(
+    help=TRAIN_HELP,
+    short_help="Train a policy (defaults, then FILE.yaml, then KEY=VALUE overrides).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
     from selfevolve.config import load_config
     from selfevolve.errors import SelfEvolveError
@@ -86,7 +90,12 @@ greedy success rate (and pass@k with eval.pass_k=K). Overrides: eval.episodes=N,
 eval.seed_offset=S."""
 
 
-@app.command("eval", help=EVAL_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@app.command(
+    "eval",
+    help=EVAL_HELP,
+    short_help="Evaluate a run or checkpoint on held-out tasks (greedy success, pass@k).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 def eval_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
     overrides: list[str] = typer.Argument(None, metavar="[eval.KEY=VALUE ...]"),

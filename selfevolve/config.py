@@ -232,7 +232,11 @@ def describe() -> str:
             if inspect.isclass(ann) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name}.")
                 if ann is EnvConfig:
-                    lines.append(f"  {prefix}{name}.<option>  environment options, e.g. env.size=6 (see docs/environments.md)")
+                    from selfevolve.envs import ENVS, env_options
+
+                    for env_name, cls in ENVS.items():
+                        opts = ", ".join(f"{k}={v!r}" for k, v in env_options(cls).items())
+                        lines.append(f"  {prefix}{name}.<option> for {env_name}: {opts}")
                 continue
             default = f.default if f.default_factory is None else f.default_factory()
             lines.append(f"  {prefix}{name} = {default!r}  {f.description or ''}")
