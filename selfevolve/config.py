@@ -31,7 +31,6 @@ class _Section(BaseModel):
 class LoraConfig(_Section):
     r: int = Field(16, ge=1, description="LoRA rank.")
     alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
     target_modules: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters."
     )
@@ -68,7 +67,7 @@ class AgentConfig(_Section):
     )
     few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
     think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
-    max_new_tokens: int = Field(16, ge=1, description="Token budget of one reply.")
+    max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
 
 
@@ -89,9 +88,6 @@ class AlgoConfig(_Section):
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
     kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    invalid_penalty_in_loss: bool = Field(
-        True, description="Keep invalid-action penalties in the reward (they teach the format)."
-    )
 
 
 class TrainConfig(_Section):
@@ -100,7 +96,7 @@ class TrainConfig(_Section):
     out_dir: str = Field("runs/default", description="Run folder: config, checkpoints, metrics, trajectories.")
     resume: bool = Field(False, description="Continue the run in out_dir from its last checkpoint.")
     overwrite: bool = Field(False, description="Allow out_dir to hold a different run (it is replaced).")
-    save_every: int = Field(5, ge=1, description="Checkpoint every N steps (and at the end).")
+    save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
     log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")
     progress: bool = Field(True, description="Show a live progress bar.")
@@ -108,7 +104,7 @@ class TrainConfig(_Section):
 
 class EvalConfig(_Section):
     episodes: int = Field(64, ge=1, description="Held-out tasks (seeds never used in training).")
-    pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task at temperature 1 for pass@k (0: off).")
+    pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task (at agent.temperature) for pass@k (0: off).")
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
 
 

@@ -7,7 +7,7 @@ serialise to JSONL as they are.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -70,13 +70,12 @@ class Trajectory:
         return len(self.steps)
 
     def to_dict(self, with_ids: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        d["reward"] = self.reward
-        if not with_ids:
-            for s in d["steps"]:
-                for k in ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2"):
-                    s.pop(k, None)
-        return d
+        """Plain dict for JSONL. ``with_ids=False`` leaves out the token-level fields (prompt ids grow with every
+        turn of a full-history chat: not worth copying for a readable log)."""
+        token_fields = () if with_ids else ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2")
+        steps = [{f.name: getattr(s, f.name) for f in fields(s) if f.name not in token_fields} for s in self.steps]
+        return {"task": asdict(self.task), "steps": steps, "group_id": self.group_id, "success": self.success,
+                "flags": dict(self.flags), "reward": self.reward}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":

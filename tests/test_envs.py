@@ -29,7 +29,7 @@ INVALID_TEXTS = [
 
 
 # gymnasium's classic game: one move per turn, no shaping (the library defaults add both, for learnability)
-CLASSIC = {"moves_per_turn": 1, "progress_reward": 0.0, "max_turns": 8}
+CLASSIC = {"moves_per_turn": 1, "progress_reward": 0.0, "bump_penalty": 0.0, "max_turns": 8}
 
 
 def lake(**options) -> FrozenLakeEnv:
@@ -337,8 +337,8 @@ def test_make_env():
     env = make_env("sokoban", dim_room=[7, 7], num_boxes=2)
     assert env.dim_room == (7, 7) and len(parse_room(env.reset(0))["boxes"]) == 2
     assert env_options(FrozenLakeEnv) == {
-        "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 4, "moves_per_turn": 4, "invalid_penalty": 0.1,
-        "progress_reward": 1.0,
+        "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 8, "moves_per_turn": 1, "invalid_penalty": 0.1,
+        "progress_reward": 1.0, "bump_penalty": 0.1,
     }
     assert set(env_options(SokobanEnv)) == {
         "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth",
@@ -406,7 +406,7 @@ def test_frozenlake_progress_shaping_sums_to_final_potential():
     hole: phi 1/6 -> 0 in that turn: reward -1/6, and the episode's shaping sums to 0 (= phi of a hole).
     Reaching the goal gives 1 + coef * (1 - phi(s)).
     """
-    env = FrozenLakeEnv(progress_reward=1.0, moves_per_turn=4)
+    env = FrozenLakeEnv(progress_reward=1.0, moves_per_turn=4, bump_penalty=0.0)
     env.load(["SFFF", "HFHF", "FFFH", "HFFG"])
     _, r1, done, _ = env.step("Right")
     assert r1 == pytest.approx(1 / 6) and not done
@@ -417,3 +417,12 @@ def test_frozenlake_progress_shaping_sums_to_final_potential():
     assert r == pytest.approx(4 / 6)
     _, r, done, info = env.step("Down Right")
     assert done and info["success"] and r == pytest.approx(1 + 2 / 6)
+
+
+def test_frozenlake_bump_penalty_for_moves_into_the_edge():
+    env = FrozenLakeEnv(progress_reward=0.0, bump_penalty=0.1, moves_per_turn=2)
+    env.load(["SFFF", "HFHF", "FFFH", "HFFG"])
+    _, r, _, _ = env.step("Up Left")  # two wasted moves at the start corner
+    assert r == pytest.approx(-0.2) and env.state_key() == "0,0"
+    _, r, _, _ = env.step("Right")
+    assert r == 0.0 and env.state_key() == "0,1"

@@ -69,8 +69,7 @@ class PromptBuilder:
             delta = self._observation_delta(observations[-1])
             if delta is not None:
                 # A reply cut by the token budget never closed its turn: close it (as prompt, not loss).
-                stops = {self._eot_id(), self.tokenizer.eos_token_id}
-                closing = [] if action_ids and action_ids[-1] in stops else [self._eot_id()]
+                closing = [] if action_ids and action_ids[-1] in end_of_turn_ids(self.tokenizer) else [self._eot_id()]
                 return list(prev_prompt) + list(action_ids) + closing + delta
         return self.prompt_ids(observations, actions, instruction)
 
@@ -98,6 +97,15 @@ class PromptBuilder:
             return None
         text = a[i + len(eot):] + b[len(a):]
         return list(tok.encode(text, add_special_tokens=False))
+
+
+def end_of_turn_ids(tokenizer) -> set[int]:
+    """Ids that end the model's turn: eos, and ``<|im_end|>`` in ChatML models. Generation stops on them."""
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
 
 
 def render_chat(tokenizer, messages: list[dict]) -> list[int]:

@@ -85,6 +85,12 @@ class FrozenLakeEnv(TextEnv):
             phi = progress() (1 - normalised distance to the goal) and phi = 0 in a hole. Summed over an episode
             it is coef * phi(final): 0 for a fall, coef for the goal, in between for an unfinished walk — so a
             success stays the best outcome while unfinished walks still get a graded signal (0 disables it).
+        bump_penalty: reward subtracted for a move into the edge of the map, which changes nothing (not applied
+            on slippery ice, where a slide may do that by chance). Without it a policy that walks into a corner
+            and stays there is a stable trap: "Down, Down, Down, ..." keeps half the progress at no cost.
+
+    The defaults (several moves per turn allowed, shaping on) are chosen so that a 135M model learns within
+    minutes on a CPU; ``moves_per_turn=1 progress_reward=0 bump_penalty=0`` is gymnasium's plain game.
 
     Observation: the grid, one row per line, cells separated by a space: ``P`` player, ``_`` frozen, ``O`` hole,
     ``G`` goal, ``X`` player fallen in a hole, ``√`` player on the goal.
@@ -105,10 +111,11 @@ class FrozenLakeEnv(TextEnv):
         size: int = 4,
         slippery: bool = False,
         p_frozen: float = 0.8,
-        max_turns: int = 4,
-        moves_per_turn: int = 4,
+        max_turns: int = 8,
+        moves_per_turn: int = 1,
         invalid_penalty: float = 0.1,
         progress_reward: float = 1.0,
+        bump_penalty: float = 0.1,
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
@@ -129,6 +136,7 @@ class FrozenLakeEnv(TextEnv):
         self.moves_per_turn = moves_per_turn
         self.invalid_penalty = float(invalid_penalty)
         self.progress_reward = float(progress_reward)
+        self.bump_penalty = float(bump_penalty)
         self.instructions = self._instructions()
         self.examples = _examples(moves_per_turn)
         self._gym: _GymFrozenLake | None = None
@@ -227,8 +235,11 @@ class FrozenLakeEnv(TextEnv):
         executed: list[str] = []
         before = self._potential()
         for move in moves:
+            position = self._gym.s
             self._gym.step(MOVES.index(move))
             executed.append(move)
+            if self._gym.s == position and not self.slippery:
+                reward -= self.bump_penalty  # walked into the edge: a wasted move
             cell = self._cell()
             if cell in "GH":
                 self.done = True
@@ -266,6 +277,7 @@ def _examples(k: int) -> list[tuple[str, str]]:
     """Two example turns on the fixed example map, each answered with a move on a shortest safe path."""
     env = FrozenLakeEnv.__new__(FrozenLakeEnv)
     env.slippery, env.moves_per_turn, env.invalid_penalty, env.progress_reward = False, 4, 0.0, 0.0
+    env.bump_penalty = 0.0
     first = env.load(_EXAMPLE_MAP)  # P at (0,0), hole below: go Right
     env.step("Right Down Down Right")  # to (2,2); the goal is down-right, a hole to the right
     second = env.render()

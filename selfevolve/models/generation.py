@@ -15,7 +15,6 @@ re-encoding what the model has already seen is where the speed comes from.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -49,9 +48,12 @@ def _token_stats(logits: torch.Tensor, temperature: float):
 
 def _sample(logp: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row by inverting the CDF (exact; ~10x faster than torch.multinomial over a 49k vocabulary)."""
+    if generator is not None and generator.device.type != logp.device.type:
+        raise ValueError(f"the sampling generator is on {generator.device}, the model on {logp.device}")
     cdf = logp.exp().cumsum(-1)
     u = torch.rand(logp.shape[0], 1, generator=generator, device=logp.device, dtype=cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logp.shape[-1] - 1)
+    # right=True: u = 0 must not select a leading token whose probability underflowed to 0 (log-prob -inf).
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
 
 
 @dataclass
@@ -82,12 +84,9 @@ class KVState:
 
 def _pad_left(chunks: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     L = max(len(c) for c in chunks)
-    ids = torch.full((len(chunks), L), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(chunks), L), dtype=torch.long, device=device)
-    for i, c in enumerate(chunks):
-        ids[i, L - len(c):] = torch.tensor(c, device=device)
-        mask[i, L - len(c):] = 1
-    return ids, mask
+    ids = [[pad_id] * (L - len(c)) + list(c) for c in chunks]
+    mask = [[0] * (L - len(c)) + [1] * len(c) for c in chunks]
+    return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
 
 @torch.no_grad()
@@ -143,7 +142,6 @@ def generate(
     positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
     mask = torch.cat([old_mask, new_mask], dim=1)
     out.prompt_tokens += sum(len(c) for c in chunks)
-    seqs = [list(p) for p in prompts]
 
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
@@ -154,7 +152,8 @@ def generate(
     next_pos = base_pos + new_mask.sum(-1)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "logprobs", "entropy", "top1", "top2", "alive")}
-    for _ in range(max_new_tokens):
+    fed = 0  # decode iterations whose tokens were fed back into the cache
+    for step in range(max_new_tokens):
         sample_logp, ent, t1, t2 = _token_stats(logits, temperature)
         if greedy:
             tok = sample_logp.argmax(-1)
@@ -169,8 +168,8 @@ def generate(
         cols["top2"].append(t2)
         cols["alive"].append(alive)
         done = done | torch.isin(tok, stop)
-        if bool(done.all()):
-            break
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break  # the last sampled tokens are not fed: the next turn's prompt encodes them
         # Feed the sampled tokens; rows that had already stopped get a masked filler.
         mask = torch.cat([mask, alive.long()[:, None]], dim=1)
         logits = model(
@@ -180,14 +179,15 @@ def generate(
             past_key_values=cache,
             use_cache=True,
         ).logits[:, -1, :]
-        for i in alive.nonzero().flatten().tolist():
-            seqs[i].append(int(tok[i]))
         next_pos = next_pos + alive.long()
+        fed += 1
 
     stacked = {k: torch.stack(v, dim=1).cpu() for k, v in cols.items()}
     alive_cols = stacked.pop("alive")
+    seqs = [list(p) for p in prompts]
     for i in range(B):
         n = int(alive_cols[i].sum())
+        seqs[i] += stacked["ids"][i, : min(n, fed)].tolist()  # a row's tokens are contiguous until it stops
         out.ids.append(stacked["ids"][i, :n].tolist())
         out.logprobs.append(stacked["logprobs"][i, :n].tolist())
         out.entropy.append(stacked["entropy"][i, :n].tolist())
@@ -198,6 +198,3 @@ def generate(
     return out
 
 
-def normalised_entropy(entropy: float, vocab_size: int) -> float:
-    """SELAUR's u_ent = H / log|V| in [0, 1]."""
-    return entropy / math.log(vocab_size)

@@ -18,6 +18,8 @@ from transformers import DynamicCache
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 
+from selfevolve.agent.prompt import end_of_turn_ids
+from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.models.generation import Generation, KVState, generate
 
 
@@ -37,21 +39,19 @@ class Policy:
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         if lora is not None and not isinstance(model, PeftModel):
+            # No LoRA dropout: the update must see the same function that sampled (PPO ratio = 1 on-policy).
             model = get_peft_model(
                 model,
                 PeftLoraConfig(
                     r=lora.r,
                     lora_alpha=lora.alpha,
-                    lora_dropout=lora.dropout,
+                    lora_dropout=0.0,
                     target_modules=list(lora.target_modules),
                     task_type="CAUSAL_LM",
                 ),
             )
         self.model = model
-        self.stop_ids = {tokenizer.eos_token_id}
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-            self.stop_ids.add(im_end)
+        self.stop_ids = end_of_turn_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     # ---- rollouts -------------------------------------------------------------------------------------------
@@ -97,7 +97,24 @@ class Policy:
     # ---- updates --------------------------------------------------------------------------------------------
     def _body_and_head(self):
         base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
-        return base.model, base.lm_head
+        return base.get_decoder(), base.get_output_embeddings()
+
+    def check_logprob_path(self) -> None:
+        """The update reads log-probs from body + head directly; make sure that equals the model's own forward
+        (models that rescale or soft-cap logits inside ``forward`` would silently break PPO ratios)."""
+        ids = torch.tensor([[self.pad_id, *range(10, 17)]], device=self.device)
+        mask = torch.ones_like(ids)
+        loss_mask = torch.zeros_like(ids)
+        loss_mask[0, 1:] = 1
+        with torch.no_grad():
+            mine, _ = self.action_logprobs(ids, mask, loss_mask)
+            ref = torch.log_softmax(self.model(input_ids=ids).logits[0, :-1].float() / self.temperature, -1)
+            ref = ref.gather(-1, ids[0, 1:, None]).squeeze(-1)
+        if (mine - ref).abs().max() > 1e-2:
+            raise ConfigError(
+                "this model transforms its logits inside forward() (e.g. soft-capping or scaling); "
+                "selfevolve's log-prob path does not support it yet"
+            )
 
     def action_logprobs(
         self,
@@ -161,10 +178,16 @@ class Policy:
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items() if "lora_" in k}
 
     def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
-        missing = [k for k in state if k not in self.model.state_dict()]
-        if missing:
-            raise ValueError(f"adapter does not fit this model (first unknown key: {missing[0]})")
-        self.model.load_state_dict(state, strict=False)
+        own = {k for k in self.model.state_dict() if "lora_" in k}
+        unexpected, missing = set(state) - own, own - set(state)
+        if unexpected or missing:
+            key = sorted(unexpected or missing)[0]
+            raise SelfEvolveError(f"the adapter does not fit this model (e.g. {key!r}); was it trained with "
+                                  f"another model.name or model.lora settings?")
+        try:
+            self.model.load_state_dict(state, strict=False)
+        except RuntimeError as e:
+            raise SelfEvolveError(f"the adapter does not fit this model: {str(e).splitlines()[0]}") from None
 
     def save_adapter(self, path) -> None:
         """A standard PEFT adapter folder (loadable with ``PeftModel.from_pretrained``)."""

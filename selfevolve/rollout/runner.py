@@ -9,6 +9,7 @@ log-probs and uncertainty statistics (token-in, token-out).
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -70,7 +71,12 @@ def rollout(
         for k, i in enumerate(active):
             env, text = envs[i], policy.decode(gen.ids[k])
             key = env.state_key()
-            obs, reward, done, info = env.step(parse_action(text))
+            try:
+                obs, reward, done, info = env.step(parse_action(text))
+            except Exception as e:  # noqa: BLE001 - a buggy environment must not take the whole run down
+                _warn_env_error(env, e)
+                obs, reward, done, info = f"[environment error: {e}]", 0.0, True, {
+                    "success": False, "valid_action": False, "env_error": repr(e)}
             truncated = not done and turn == max_turns - 1
             trajs[i].steps.append(
                 Step(
@@ -104,6 +110,17 @@ def rollout(
     if stats is not None:
         stats.seconds += time.perf_counter() - t0
     return trajs
+
+
+_warned: set[str] = set()
+
+
+def _warn_env_error(env, e: Exception) -> None:
+    name = type(env).__name__
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"{name}.step raised {e!r}; the episode ends there (info['env_error']). Environments should "
+                      f"answer bad actions with an error observation instead of raising.", stacklevel=3)
 
 
 def _jsonable(v) -> bool:

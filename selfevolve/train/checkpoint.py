@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from selfevolve.errors import SelfEvolveError
 
 KEEP_LAST = 2
-CKPT_FILES = ("state.json", "adapter.safetensors", "rng.pt", "config.yaml")
+CKPT_FILES = ("state.json", "adapter.safetensors", "optimizer.pt", "rng.pt", "config.yaml")
 
 
 def checkpoints_dir(out_dir: str | Path) -> Path:
@@ -92,16 +92,17 @@ def find_checkpoint(path: str | Path) -> Path:
     raise SelfEvolveError(f"{path} holds no checkpoint (expected {root}/step-N/ or a checkpoint folder)")
 
 
-def load_checkpoint(ckpt: Path) -> dict[str, Any]:
+def load_checkpoint(ckpt: Path, with_optimizer: bool = True) -> dict[str, Any]:
+    """Everything on the CPU (a GPU run's checkpoint loads on a CPU-only machine); ``optimizer`` only if asked."""
     try:
         out = {
             "state": json.loads((ckpt / "state.json").read_text()),
             "adapter": load_file(str(ckpt / "adapter.safetensors")),
-            "rng": torch.load(ckpt / "rng.pt", weights_only=False),
+            "rng": torch.load(ckpt / "rng.pt", weights_only=False, map_location="cpu"),
             "config_yaml": (ckpt / "config.yaml").read_text(),
         }
-        if (ckpt / "optimizer.pt").is_file():
-            out["optimizer"] = torch.load(ckpt / "optimizer.pt", weights_only=False)
+        if with_optimizer:
+            out["optimizer"] = torch.load(ckpt / "optimizer.pt", weights_only=False, map_location="cpu")
     except (OSError, ValueError, RuntimeError) as e:
         raise SelfEvolveError(f"{ckpt}: incomplete or corrupt checkpoint ({e})") from None
     return out

@@ -27,7 +27,7 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
     if pass_k > 0:
         rep = [t for t in tasks for _ in range(pass_k)]
         envs = [make_env(env_cls, **env_options) for _ in rep]
-        gen = torch.Generator().manual_seed(sample_seed)
+        gen = torch.Generator(device=policy.device).manual_seed(sample_seed)
         sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen)
         solved = {t.task.id for t in sampled if t.success}
         out[f"eval/pass@{pass_k}"] = sum(t.id in solved for t in tasks) / len(tasks)

@@ -39,14 +39,15 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
 
 
 class MetricsLogger:
-    def __init__(self, out_dir: Path, tensorboard: bool = True):
+    def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
         self.path = out_dir / "metrics.jsonl"
         self.writer = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(str(out_dir / "tensorboard"))
+                # purge_step: on resume, TensorBoard drops the events logged after the checkpoint
+                self.writer = SummaryWriter(str(out_dir / "tensorboard"), purge_step=purge_step)
             except ImportError:  # tensorboard is a dependency, but a missing one must not stop training
                 self.writer = None
 

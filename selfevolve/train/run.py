@@ -17,7 +17,7 @@ from selfevolve.train.evaluate import evaluate
 def load_run(path: str | Path, overrides: list[str] | None = None):
     """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder."""
     ckpt = find_checkpoint(path)
-    data = load_checkpoint(ckpt)
+    data = load_checkpoint(ckpt, with_optimizer=False)
     raw = yaml.safe_load(data["config_yaml"]) or {}
     for o in overrides or []:
         key = o.partition("=")[0].strip()

@@ -71,8 +71,10 @@ def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
 
 def build_policy(cfg: Config) -> Policy:
     model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
-    return Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
-                  max_new_tokens=cfg.agent.max_new_tokens)
+    policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
+                    max_new_tokens=cfg.agent.max_new_tokens)
+    policy.check_logprob_path()
+    return policy
 
 
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
@@ -110,6 +112,9 @@ class Trainer:
         self._init_out_dir()
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
+        elif cfg.train.resume:  # nothing to resume from: start clean, without a stale log of an earlier attempt
+            for name in ("metrics.jsonl", "trajectories.jsonl"):
+                (self.out_dir / name).unlink(missing_ok=True)
 
     # ---- run folder -------------------------------------------------------------------------------------------
     def _is_run(self) -> bool:
@@ -157,7 +162,11 @@ class Trainer:
         rng = data["rng"]
         self.rng.setstate(rng["python"])
         torch.set_rng_state(rng["torch"])
-        self.generator.set_state(rng["sampler"])
+        try:
+            self.generator.set_state(rng["sampler"])
+        except (RuntimeError, TypeError) as e:
+            raise SelfEvolveError(f"cannot resume {self.out_dir} on this device ({e}); resume on the kind of "
+                                  f"device the run started on") from None
         for name in ("metrics.jsonl", "trajectories.jsonl"):
             truncate_jsonl(self.out_dir / name, self.step)
         self.resumed = True
@@ -225,7 +234,7 @@ class Trainer:
     # ---- the loop ---------------------------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
         cfg = self.cfg
-        logger = MetricsLogger(self.out_dir)
+        logger = MetricsLogger(self.out_dir, purge_step=self.step + 1 if self.resumed else None)
         last: dict[str, float] = {}
         progress = Progress(
             TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -20,7 +20,9 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
     sums: dict[str, float] = {}
     count = 0
     params = policy.trainable_parameters()
-    policy.model.train()
+    # The model stays in eval mode: gradients flow all the same, and no dropout makes the recomputed log-probs
+    # differ from the ones that sampled.
+    policy.model.eval()
     for _ in range(algo.epochs):
         order = rows[:]
         rng.shuffle(order)
@@ -67,5 +69,4 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
             for k, v in st_mb.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
-    policy.model.eval()
     return {k: v / max(count, 1) for k, v in sums.items()}
