@@ -29,7 +29,7 @@ INVALID_TEXTS = [
 
 
 # gymnasium's classic game: one move per turn, no shaping (the library defaults add both, for learnability)
-CLASSIC = {"moves_per_turn": 1, "progress_reward": 0.0, "bump_penalty": 0.0, "max_turns": 8}
+CLASSIC = {"moves_per_turn": 1, "progress_reward": 0.0, "bump_penalty": 0.0, "max_turns": 8, "hints": False}
 
 
 def lake(**options) -> FrozenLakeEnv:
@@ -126,16 +126,16 @@ def test_frozenlake_multi_move_turns():
 
 
 def test_frozenlake_seeds():
-    env = FrozenLakeEnv()
+    env = FrozenLakeEnv(**CLASSIC)
     a = env.reset(7)
-    assert a == FrozenLakeEnv().reset(7) and env.state_key() == "0,0"
-    maps = {FrozenLakeEnv().reset(s) for s in range(20)}
+    assert a == FrozenLakeEnv(**CLASSIC).reset(7) and env.state_key() == "0,0"
+    maps = {FrozenLakeEnv(**CLASSIC).reset(s) for s in range(20)}
     assert len(maps) >= 10
     for m in maps:
         rows = m.splitlines()
         assert len(rows) == 4 and all(len(r.split(" ")) == 4 for r in rows)
         assert "\x1b" not in m and set(m) <= set("P_OG \n")
-    big = FrozenLakeEnv(size=6).reset(3)
+    big = FrozenLakeEnv(**CLASSIC, size=6).reset(3)
     assert len(big.splitlines()) == 6
     assert FrozenLakeEnv().reset(-5)  # negative seeds are fine
 
@@ -172,7 +172,7 @@ def test_frozenlake_snapshot_restore_exact_slippery():
 
 def test_frozenlake_examples_and_instructions():
     assert "Left, Down, Right or Up" in FrozenLakeEnv.instructions
-    train_maps = {FrozenLakeEnv().reset(s).replace("P", "_") for s in range(50)}
+    train_maps = {FrozenLakeEnv(**CLASSIC).reset(s).replace("P", "_") for s in range(50)}
     for examples, k in [(FrozenLakeEnv(**CLASSIC).examples, 1), (FrozenLakeEnv(moves_per_turn=2).examples, 2)]:
         assert len(examples) == 2
         for obs, action in examples:
@@ -338,7 +338,7 @@ def test_make_env():
     assert env.dim_room == (7, 7) and len(parse_room(env.reset(0))["boxes"]) == 2
     assert env_options(FrozenLakeEnv) == {
         "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 8, "moves_per_turn": 1, "invalid_penalty": 0.1,
-        "progress_reward": 1.0, "bump_penalty": 0.1,
+        "progress_reward": 1.0, "bump_penalty": 0.1, "hints": True,
     }
     assert set(env_options(SokobanEnv)) == {
         "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth",
@@ -406,7 +406,7 @@ def test_frozenlake_progress_shaping_sums_to_final_potential():
     hole: phi 1/6 -> 0 in that turn: reward -1/6, and the episode's shaping sums to 0 (= phi of a hole).
     Reaching the goal gives 1 + coef * (1 - phi(s)).
     """
-    env = FrozenLakeEnv(progress_reward=1.0, moves_per_turn=4, bump_penalty=0.0)
+    env = FrozenLakeEnv(progress_reward=1.0, moves_per_turn=4, bump_penalty=0.0, hints=False)
     env.load(["SFFF", "HFHF", "FFFH", "HFFG"])
     _, r1, done, _ = env.step("Right")
     assert r1 == pytest.approx(1 / 6) and not done
@@ -426,3 +426,18 @@ def test_frozenlake_bump_penalty_for_moves_into_the_edge():
     assert r == pytest.approx(-0.2) and env.state_key() == "0,0"
     _, r, _, _ = env.step("Right")
     assert r == 0.0 and env.state_key() == "0,1"
+
+
+def test_frozenlake_hints_spell_out_the_neighbourhood():
+    env = FrozenLakeEnv(hints=True)
+    obs = env.load(LAKE)
+    assert obs.splitlines()[-1] == "Left: edge. Down: hole. Right: ice. Up: edge."
+    env.step("Right")
+    env.step("Down")
+    env.step("Down")
+    env.step("Right")  # (2,2): hole to the right, goal diagonal
+    assert env.render().splitlines()[-1] == "Left: ice. Down: ice. Right: hole. Up: hole."
+    env.step("Down")
+    assert env.render().splitlines()[-1] == "Left: ice. Down: edge. Right: goal. Up: ice."
+    env.step("Right")
+    assert env.done and "Left:" not in env.render()  # no hints once the episode is over

@@ -88,6 +88,9 @@ class FrozenLakeEnv(TextEnv):
         bump_penalty: reward subtracted for a move into the edge of the map, which changes nothing (not applied
             on slippery ice, where a slide may do that by chance). Without it a policy that walks into a corner
             and stays there is a stable trap: "Down, Down, Down, ..." keeps half the progress at no cost.
+        hints: add a line under the grid saying what each move leads to ("Left: edge. Down: hole. Right:
+            ice. Up: edge."). The map is the same; the line spells out the player's neighbourhood, which a
+            135M model cannot reliably read off a 2-D grid of symbols.
 
     The defaults (several moves per turn allowed, shaping on) are chosen so that a 135M model learns within
     minutes on a CPU; ``moves_per_turn=1 progress_reward=0 bump_penalty=0`` is gymnasium's plain game.
@@ -116,6 +119,7 @@ class FrozenLakeEnv(TextEnv):
         invalid_penalty: float = 0.1,
         progress_reward: float = 1.0,
         bump_penalty: float = 0.1,
+        hints: bool = True,
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
@@ -137,8 +141,9 @@ class FrozenLakeEnv(TextEnv):
         self.invalid_penalty = float(invalid_penalty)
         self.progress_reward = float(progress_reward)
         self.bump_penalty = float(bump_penalty)
+        self.hints = bool(hints)
         self.instructions = self._instructions()
-        self.examples = _examples(moves_per_turn)
+        self.examples = _examples(moves_per_turn, self.hints)
         self._gym: _GymFrozenLake | None = None
         self.desc: list[str] = []
         self.done = False
@@ -199,7 +204,22 @@ class FrozenLakeEnv(TextEnv):
                 else:
                     cells.append({"H": "O", "G": "G"}.get(letter, "_"))
             rows.append(" ".join(cells))
+        if self.hints and not self.done:
+            rows.append(self._neighbourhood())
         return "\n".join(rows)
+
+    def _neighbourhood(self) -> str:
+        """What each move leads to, in words: 'Left: edge. Down: hole. Right: ice. Up: edge.'"""
+        r, c = self.position
+        parts = []
+        for move, (dr, dc) in zip(MOVES, ((0, -1), (1, 0), (0, 1), (-1, 0))):
+            rr, cc = r + dr, c + dc
+            if not (0 <= rr < len(self.desc) and 0 <= cc < len(self.desc[0])):
+                what = "edge"
+            else:
+                what = {"H": "hole", "G": "goal"}.get(self.desc[rr][cc], "ice")
+            parts.append(f"{move}: {what}.")
+        return " ".join(parts)
 
     def state_key(self) -> str:
         r, c = self.position
@@ -273,11 +293,11 @@ class FrozenLakeEnv(TextEnv):
         self.done = bool(snapshot["done"])
 
 
-def _examples(k: int) -> list[tuple[str, str]]:
+def _examples(k: int, hints: bool = False) -> list[tuple[str, str]]:
     """Two example turns on the fixed example map, each answered with a move on a shortest safe path."""
     env = FrozenLakeEnv.__new__(FrozenLakeEnv)
     env.slippery, env.moves_per_turn, env.invalid_penalty, env.progress_reward = False, 4, 0.0, 0.0
-    env.bump_penalty = 0.0
+    env.bump_penalty, env.hints = 0.0, hints
     first = env.load(_EXAMPLE_MAP)  # P at (0,0), hole below: go Right
     env.step("Right Down Down Right")  # to (2,2); the goal is down-right, a hole to the right
     second = env.render()
