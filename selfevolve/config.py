@@ -91,11 +91,17 @@ class AlgoConfig(_Section):
 
 
 class TrainConfig(_Section):
-    steps: int = Field(30, ge=0, description="Training steps (rollouts + update each).")
+    steps: int = Field(20, ge=0, description="Training steps (rollouts + update each).")
     tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")
     out_dir: str = Field("runs/default", description="Run folder: config, checkpoints, metrics, trajectories.")
     resume: bool = Field(False, description="Continue the run in out_dir from its last checkpoint.")
     overwrite: bool = Field(False, description="Allow out_dir to hold a different run (it is replaced).")
+    warm_start_steps: int = Field(
+        10,
+        ge=0,
+        description="Behaviour-cloning steps on the environment's expert episodes before RL (0: none; skipped "
+        "for environments without an expert). Each uses tasks_per_step x group_size training tasks.",
+    )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
     log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")

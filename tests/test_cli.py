@@ -224,7 +224,8 @@ def test_train_help():
     for key, desc in [
         ("train.steps", "Training steps"), ("model.name", "'tiny'"), ("env.name", "Environment"),
         ("algo.name", "Advantage estimator"), ("seed", "Global seed"), ("train.resume", "Continue the run"),
-        ("train.overwrite", "replaced"), ("eval.episodes", "Held-out tasks"), ("env.<option>", "env.size=6"),
+        ("train.overwrite", "replaced"), ("eval.episodes", "Held-out tasks"), ("env.<option> for frozenlake", "size=4"),
+        ("train.warm_start_steps", "Behaviour-cloning"),
     ]:
         assert key in text and desc in text, key
 

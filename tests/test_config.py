@@ -31,7 +31,7 @@ def test_defaults():
     assert cfg.env.name == "frozenlake" and cfg.env.options() == {}
     assert cfg.agent.history is None and cfg.agent.few_shot is True
     assert cfg.algo.name == "grpo" and cfg.algo.group_size == 8 and cfg.algo.lr == pytest.approx(2e-4)
-    assert cfg.train.steps == 30 and cfg.train.out_dir == "runs/default"
+    assert cfg.train.steps == 20 and cfg.train.out_dir == "runs/default"
     assert cfg.train.resume is False and cfg.train.overwrite is False
     assert cfg.eval.episodes == 64 and cfg.eval.seed_offset == 1_000_000
     assert load_config(None, []) == cfg

@@ -14,6 +14,7 @@ from selfevolve.tasks.source import eval_tasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
 FAST = [
+    "train.warm_start_steps=0",
     "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=4", "train.tasks_per_step=2",
     "algo.group_size=4", "eval.episodes=2", "train.progress=false", "train.eval_every=0",
 ]
@@ -104,6 +105,7 @@ def test_smollm2_trains_one_step(tmp_path):
     out = tmp_path / "smol"
     cfg = load_config(overrides=[
         "train.steps=1", "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=2", "env.max_turns=2",
+        "train.warm_start_steps=1",
         "train.progress=false", f"train.out_dir={out}",
     ])
     final = Trainer(cfg).train()
@@ -112,3 +114,32 @@ def test_smollm2_trains_one_step(tmp_path):
     assert math.isfinite(m[1]["loss/policy"]) and m[1]["valid/rate"] > 0  # few-shot priming gives valid moves
     assert 0.0 <= final["eval/success"] <= 1.0
     assert (out / "checkpoints" / "step-1" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_expert_episodes_are_laid_out_like_the_models_own():
+    """Warm-start episodes use the same prompts as rollouts: each prompt extends the previous prompt + reply, the
+    reply is the expert's move + the end-of-turn id, and the expert solves the task."""
+    from selfevolve.envs import FrozenLakeEnv, make_env
+    from selfevolve.tasks.source import SeedTasks
+    from selfevolve.train.warm_start import expert_episodes
+
+    cfg = load_config(overrides=["model.name=tiny"])
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tok = policy.tokenizer
+    trajs = expert_episodes(FrozenLakeEnv, {}, SeedTasks("frozenlake").next(5), builder, tok)
+    for t in trajs:
+        assert t.success
+        for prev, nxt in zip(t.steps, t.steps[1:]):
+            assert nxt.prompt_ids[: len(prev.prompt_ids) + len(prev.action_ids)] == prev.prompt_ids + prev.action_ids
+        for s in t.steps:
+            assert s.action_ids == tok.encode(s.action_text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def test_warm_start_lowers_the_imitation_loss(tmp_path):
+    out = tmp_path / "warm"
+    Trainer(load_config(overrides=FAST + ["train.steps=0", "train.warm_start_steps=4", "algo.lr=3e-3",
+                                          f"train.out_dir={out}"])).train()
+    first = metrics(out)[0]
+    assert first["warm/steps"] == 4 and first["warm/loss_bc_last"] < first["warm/loss_bc_first"]
+    assert "warm/success" in first  # evaluated again after the warm start

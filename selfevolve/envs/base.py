@@ -62,6 +62,13 @@ class TextEnv:
         """The current observation text."""
         return ""
 
+    def expert_action(self) -> str | None:
+        """A good action from the current state (e.g. a solver's next move), or None if the world has no expert.
+
+        Used for the behaviour-cloning warm start (``train.warm_start_steps``) and by tests.
+        """
+        return None
+
     def progress(self) -> float:
         """A heuristic in [0, 1] of how close the episode is to success (search scorers, metrics)."""
         return 0.0

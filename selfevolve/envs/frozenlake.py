@@ -8,6 +8,7 @@ snapshots (including the slippery RNG) and a progress heuristic.
 from __future__ import annotations
 
 import re
+from collections import deque
 import string
 from typing import Any
 
@@ -234,6 +235,25 @@ class FrozenLakeEnv(TextEnv):
                 gr, gc = i, row.index("G")
         span = (n_rows - 1) + (n_cols - 1)
         return max(0.0, min(1.0, 1.0 - (abs(gr - r) + abs(gc - c)) / span))
+
+    def expert_action(self) -> str | None:
+        """The first move of a shortest hole-free path to the goal (breadth-first search), or None."""
+        if self._gym is None or self.done:
+            return None
+        n_rows, n_cols = len(self.desc), len(self.desc[0])
+        start = self.position
+        first: dict[tuple[int, int], str | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            r, c = queue.popleft()
+            if self.desc[r][c] == "G":
+                return first[(r, c)]
+            for move, (dr, dc) in zip(MOVES, ((0, -1), (1, 0), (0, 1), (-1, 0))):
+                nxt = (r + dr, c + dc)
+                if 0 <= nxt[0] < n_rows and 0 <= nxt[1] < n_cols and nxt not in first and self.desc[nxt[0]][nxt[1]] != "H":
+                    first[nxt] = first[(r, c)] or move
+                    queue.append(nxt)
+        return None
 
     def _potential(self) -> float:
         return 0.0 if self._cell() == "H" else self.progress()

@@ -315,6 +315,11 @@ class SokobanEnv(TextEnv):
             return ""
         return render_room(self.shape, self.walls, self.targets, self.boxes, self.player)
 
+    def expert_action(self) -> str | None:
+        """The first move of a shortest solution (BFS), or None when solved or unsolvable."""
+        plan = None if self.done else solve(self, max_depth=self.max_turns * self.moves_per_turn + 20)
+        return plan[0] if plan else None
+
     def state_key(self) -> str:
         boxes = ";".join(f"{r},{c}" for r, c in sorted(self.boxes))
         return f"P{self.player[0]},{self.player[1]}|B{boxes}"

@@ -60,6 +60,11 @@ class MetricsLogger:
                     self.writer.add_scalar(k, v, step)
             self.writer.flush()
 
+    def scalar(self, name: str, value: float, step: int) -> None:
+        """A TensorBoard-only point (e.g. a warm-start curve with its own step count)."""
+        if self.writer is not None:
+            self.writer.add_scalar(name, value, step)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

@@ -44,6 +44,7 @@ from selfevolve.train.evaluate import evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.samples import build_rows
 from selfevolve.train.update import ppo_update
+from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
@@ -247,7 +248,10 @@ class Trainer:
                 if self.step == 0 and not self.resumed:
                     progress.update(bar, description="evaluating the untrained policy")
                     self.last_eval = self.evaluate()
-                    logger.log(0, self.last_eval)
+                    first = dict(self.last_eval)
+                    if cfg.train.warm_start_steps and has_expert(self.env_cls, self.env_options):
+                        first.update(self.warm_start(logger, progress, bar))
+                    logger.log(0, first)
                     self.save()
                 while self.step < cfg.train.steps:
                     last = self.train_step()
@@ -268,6 +272,24 @@ class Trainer:
         finally:
             logger.close()
         return {**last, **self.last_eval}
+
+    def warm_start(self, logger: MetricsLogger, progress: Progress, bar) -> dict[str, float]:
+        """Behaviour cloning on expert episodes (see ``selfevolve/train/warm_start.py``); returns its summary."""
+        cfg = self.cfg
+        n = cfg.train.warm_start_steps
+        losses = []
+        for k in range(n):
+            progress.update(bar, description=f"warm start {k + 1}/{n} (imitating the expert)")
+            tasks = self.tasks.next(cfg.train.tasks_per_step * cfg.algo.group_size)
+            trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
+            rows = build_rows(trajs, [0.0] * len(trajs))
+            st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
+            losses.append(st["loss/bc"])
+            logger.scalar("warm/loss_bc", st["loss/bc"], k + 1)
+        progress.update(bar, description="evaluating after the warm start")
+        self.last_eval = self.evaluate()
+        return {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1],
+                **{f"warm/{k.removeprefix('eval/')}": v for k, v in self.last_eval.items()}}
 
     def _eval_due(self) -> bool:
         every = self.cfg.train.eval_every

@@ -15,8 +15,11 @@ from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
 from selfevolve.train.samples import Row, collate, micro_batches, shared_prefix_len
 
 
-def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> dict[str, float]:
-    """Run ``algo.epochs`` × ``algo.minibatches`` optimizer steps over ``rows``; return averaged metrics."""
+def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo") -> dict[str, float]:
+    """Run ``algo.epochs`` × ``algo.minibatches`` optimizer steps over ``rows``; return averaged metrics.
+
+    ``objective="nll"`` trains the same rows by maximum likelihood instead (the behaviour-cloning warm start).
+    """
     sums: dict[str, float] = {}
     count = 0
     params = policy.trainable_parameters()
@@ -38,6 +41,12 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random) -> 
                 logp, ent = policy.action_logprobs(
                     b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P
                 )
+                if objective == "nll":
+                    loss = -logp.mean()
+                    (loss * logp.numel() / n_tokens).backward()
+                    for k, v in {"loss/bc": float(loss.detach()), "entropy": float(ent.mean())}.items():
+                        st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
+                    continue
                 ones = torch.ones_like(logp)[None]
                 loss, st = ppo_clip_loss(
                     logp[None],
