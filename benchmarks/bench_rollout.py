@@ -53,7 +53,7 @@ PEAK_GFLOPS = {"fp32": 82.0, "bf16": 115.0, "fp16": 115.0}
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
+    p.add_argument("--dtype", default="fp32", choices=["bf16", "fp32", "fp16"], help="fp32: what model.dtype=auto picks on a CPU")
     p.add_argument("--env", default="frozenlake", choices=sorted(ENVS))
     p.add_argument("--env-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="environment option (repeatable), e.g. size=6")
