@@ -69,11 +69,12 @@ class PromptBuilder:
             delta = self._observation_delta(observations[-1])
             if delta is not None:
                 # A reply cut by the token budget never closed its turn: close it (as prompt, not loss).
-                closing = [] if action_ids and action_ids[-1] in end_of_turn_ids(self.tokenizer) else [self._eot_id()]
+                closed = bool(action_ids) and action_ids[-1] in end_of_turn_ids(self.tokenizer)
+                closing = [] if closed else [self.eot_id()]
                 return list(prev_prompt) + list(action_ids) + closing + delta
         return self.prompt_ids(observations, actions, instruction)
 
-    def _eot_id(self) -> int:
+    def eot_id(self) -> int:
         """The id that closes a chat turn (``<|im_end|>`` in ChatML, else the eos token)."""
         tok = self.tokenizer
         im_end = tok.convert_tokens_to_ids("<|im_end|>")
@@ -91,7 +92,7 @@ class PromptBuilder:
         a = tok.apply_chat_template(base, tokenize=False)
         b = tok.apply_chat_template(base + [{"role": "user", "content": observation}], tokenize=False,
                                     add_generation_prompt=True)
-        eot = tok.convert_ids_to_tokens(self._eot_id())
+        eot = tok.convert_ids_to_tokens(self.eot_id())
         i = a.rfind(eot)
         if not b.startswith(a) or i < 0:
             return None

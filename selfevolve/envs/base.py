@@ -12,6 +12,7 @@ for a 30-line example); no registration is needed to train on it from Python.
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,7 +28,7 @@ class StepResult:
         return iter((self.observation, self.reward, self.done, self.info))
 
 
-class TextEnv:
+class TextEnv(ABC):
     """Base class for text environments.
 
     Class attributes describe the world to the prompt builder:
@@ -46,13 +47,13 @@ class TextEnv:
     examples: ClassVar[list[tuple[str, str]]] = []
     max_turns: int = 10
 
+    @abstractmethod
     def reset(self, seed: int) -> str:
         """Start a new episode from ``seed`` and return the first observation."""
-        raise NotImplementedError(f"{type(self).__name__} must implement reset(seed) -> observation")
 
+    @abstractmethod
     def step(self, action: str) -> StepResult:
         """Apply the model's action text; return observation, reward, done and info."""
-        raise NotImplementedError(f"{type(self).__name__} must implement step(action) -> StepResult")
 
     def state_key(self) -> str:
         """A hashable key of the true state (GiGPO anchors). Default: the current rendering."""

@@ -22,7 +22,7 @@ from selfevolve.types import Step, Task, Trajectory
 
 def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer) -> list[Trajectory]:
     """Play each task with the environment's expert; stop when it has no action (or the episode ends)."""
-    eot = builder._eot_id()
+    eot = builder.eot_id()
     stops = end_of_turn_ids(tokenizer)
     trajs = []
     for task in tasks:
