@@ -143,3 +143,23 @@ def test_warm_start_lowers_the_imitation_loss(tmp_path):
     first = metrics(out)[0]
     assert first["warm/steps"] == 4 and first["warm/loss_bc_last"] < first["warm/loss_bc_first"]
     assert "warm/success" in first  # evaluated again after the warm start
+
+
+def test_evaluation_reports_pass_at_k_without_touching_the_training_stream(tmp_path):
+    trainer = Trainer(load_config(overrides=FAST + ["train.steps=0", f"train.out_dir={tmp_path / 'ev'}"]))
+    state = trainer.generator.get_state()
+    res = trainer.evaluate(episodes=3, pass_k=2)
+    assert set(res) >= {"eval/success", "eval/reward", "eval/valid", "eval/pass@2"}
+    assert 0.0 <= res["eval/pass@2"] <= 1.0
+    assert torch.equal(state, trainer.generator.get_state())  # eval sampling has its own generator
+
+
+def test_sokoban_trains_end_to_end_with_its_expert_warm_start(tmp_path):
+    out = tmp_path / "sokoban"
+    cfg = load_config(overrides=[x for x in FAST if not x.startswith("train.warm_start_steps")] + [
+        "env.name=sokoban", "env.max_turns=3", "train.steps=1", "train.warm_start_steps=1", f"train.out_dir={out}",
+    ])
+    Trainer(cfg).train()
+    first, last = metrics(out)
+    assert first["warm/steps"] == 1 and math.isfinite(first["warm/loss_bc_first"])
+    assert last["step"] == 1 and math.isfinite(last["loss/policy"])
