@@ -48,7 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=32)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
