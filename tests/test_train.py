@@ -163,3 +163,17 @@ def test_sokoban_trains_end_to_end_with_its_expert_warm_start(tmp_path):
     first, last = metrics(out)
     assert first["warm/steps"] == 1 and math.isfinite(first["warm/loss_bc_first"])
     assert last["step"] == 1 and math.isfinite(last["loss/policy"])
+
+
+def test_a_run_on_a_user_env_records_its_name_and_evaluates_with_the_class(tmp_path):
+    from selfevolve.errors import SelfEvolveError
+    from selfevolve.train.run import evaluate_checkpoint
+
+    out = tmp_path / "user"
+    MagicWord.target = "x"
+    Trainer(load_config(overrides=FAST + ["train.steps=1", f"train.out_dir={out}"]), env=MagicWord).train()
+    assert "name: magic" in (out / "config.yaml").read_text()
+    with pytest.raises(SelfEvolveError, match="unknown env 'magic'"):
+        evaluate_checkpoint(out, ["eval.episodes=2"])  # the CLI cannot rebuild a class it has never seen
+    res = evaluate_checkpoint(out, ["eval.episodes=2"], env=MagicWord)
+    assert res["checkpoint_step"] == 1 and 0.0 <= res["eval/success"] <= 1.0

@@ -30,9 +30,11 @@ def load_run(path: str | Path, overrides: list[str] | None = None):
     return cfg, policy, data["state"]
 
 
-def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None) -> dict:
+def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, env=None) -> dict:
+    """Held-out evaluation of a run's latest (or a given) checkpoint. ``env``: the TextEnv class of a run
+    trained on a user-defined environment (the CLI can only rebuild registered ones)."""
     cfg, policy, state = load_run(path, overrides)
-    env_cls = resolve_env(cfg, None)
+    env_cls = resolve_env(cfg, env)
     options = cfg.env.options()
     builder = build_prompt(cfg, policy, make_env(env_cls, **options))
     res = evaluate(policy, env_cls, options, builder, episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,

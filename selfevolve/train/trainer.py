@@ -91,9 +91,13 @@ def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
 
 class Trainer:
     def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
+        self.env_cls = resolve_env(cfg, env)
+        if env is not None:
+            # The saved config names the environment actually trained on (the caller's config is not changed).
+            cfg = cfg.model_copy(deep=True)
+            cfg.env.name = getattr(env, "name", env.__name__)
         self.cfg = cfg
         self.console = console or Console(stderr=True)
-        self.env_cls = resolve_env(cfg, env)
         self.env_options = cfg.env.options()
         self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
         self.out_dir = Path(cfg.train.out_dir)
