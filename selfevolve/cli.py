@@ -7,6 +7,7 @@ status 2 — no traceback.
 from __future__ import annotations
 
 import os
+import warnings
 import sys
 from pathlib import Path
 from typing import Optional
@@ -45,6 +46,8 @@ def _quiet_libraries() -> None:
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    # Deprecation notices from inside transformers/peft are not the user's to act on.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
 
 
 def _split_args(args: list[str]) -> tuple[Optional[str], list[str]]:

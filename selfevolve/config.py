@@ -80,7 +80,10 @@ class AlgoConfig(_Section):
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch of rollouts.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
     micro_batch_tokens: int = Field(
-        4096, ge=64, description="Tokens per forward/backward chunk (gradient accumulation); bounds memory."
+        4096,
+        ge=64,
+        description="Padded tokens per forward/backward chunk (gradient accumulation); bounds memory. An episode "
+        "longer than this is one chunk on its own (a sequence is never split).",
     )
     clip_low: float = Field(0.2, ge=0, description="PPO ratio lower clip epsilon.")
     clip_high: float = Field(0.28, ge=0, description="PPO ratio upper clip epsilon (clip-higher).")

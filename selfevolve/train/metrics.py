@@ -2,7 +2,8 @@
 
 Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval/success``, ``eval/pass@k``,
 ``loss/policy``, ``kl``, ``clip_frac``, ``entropy``, ``grad_norm``, ``time/rollout``, ``time/update``,
-``tokens_per_s``.
+``tokens_per_s``. ``entropy`` is the policy's mean entropy (at ``agent.temperature``) over the generated
+tokens, measured during the update.
 """
 
 from __future__ import annotations
