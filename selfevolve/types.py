@@ -76,11 +76,3 @@ class Trajectory:
         steps = [{f.name: getattr(s, f.name) for f in fields(s) if f.name not in token_fields} for s in self.steps]
         return {"task": asdict(self.task), "steps": steps, "group_id": self.group_id, "success": self.success,
                 "flags": dict(self.flags), "reward": self.reward}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
-        d = dict(d)
-        d.pop("reward", None)
-        task = Task(**d.pop("task"))
-        steps = [Step(**s) for s in d.pop("steps")]
-        return cls(task=task, steps=steps, **d)

@@ -76,9 +76,7 @@ class PromptBuilder:
 
     def eot_id(self) -> int:
         """The id that closes a chat turn (``<|im_end|>`` in ChatML, else the eos token)."""
-        tok = self.tokenizer
-        im_end = tok.convert_tokens_to_ids("<|im_end|>")
-        return im_end if isinstance(im_end, int) and im_end != tok.unk_token_id else tok.eos_token_id
+        return _im_end_id(self.tokenizer) or self.tokenizer.eos_token_id
 
     def _observation_delta(self, observation: str) -> list[int] | None:
         """Template ids between the end of an assistant reply and the next assistant opening, for ``observation``.
@@ -102,11 +100,13 @@ class PromptBuilder:
 
 def end_of_turn_ids(tokenizer) -> set[int]:
     """Ids that end the model's turn: eos, and ``<|im_end|>`` in ChatML models. Generation stops on them."""
-    ids = {tokenizer.eos_token_id}
+    im_end = _im_end_id(tokenizer)
+    return {tokenizer.eos_token_id} | ({im_end} if im_end is not None else set())
+
+
+def _im_end_id(tokenizer) -> int | None:
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
-        ids.add(im_end)
-    return ids
+    return im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else None
 
 
 def render_chat(tokenizer, messages: list[dict]) -> list[int]:

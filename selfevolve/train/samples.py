@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfevolve.models.policy import common_prefix
 from selfevolve.types import Trajectory
 
 
@@ -96,9 +97,5 @@ def shared_prefix_len(rows: list[Row]) -> int:
     """Length of the ids every row starts with, stopping before any row's first loss token (and its predictor)."""
     if len(rows) < 2:
         return 0
-    first = rows[0].ids
     limit = min(r.mask.index(1) if 1 in r.mask else len(r) for r in rows) - 1
-    n = 0
-    while n < limit and all(r.ids[n] == first[n] for r in rows):
-        n += 1
-    return n
+    return min(len(common_prefix([r.ids for r in rows])), max(limit, 0))
