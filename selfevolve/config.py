@@ -46,6 +46,11 @@ class ModelConfig(_Section):
         "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    init_from: str | None = Field(
+        None,
+        description="Start from the adapter of this run or checkpoint folder (e.g. a shared warm start) "
+        "instead of a fresh one; its value head is loaded too when both have one.",
+    )
 
 
 class EnvConfig(BaseModel):
@@ -71,9 +76,38 @@ class AgentConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
 
 
+class GigpoConfig(_Section):
+    omega: float = Field(1.0, ge=0, description="Weight ω of the step-level advantage (A = A_episode + ω·A_step).")
+    anchor: Literal["state", "observation", "similarity"] = Field(
+        "state",
+        description="Anchor-state key: the env's state_key() (falls back to the observation text when empty), "
+        "the observation text, or observation texts merged by difflib similarity.",
+    )
+    similarity: float = Field(0.95, gt=0, le=1, description="Threshold of anchor=similarity.")
+    weighting: Literal["trajectory", "step"] = Field(
+        "trajectory",
+        description="Anchor statistics per trajectory (a trajectory that revisits a state weighs once) or per "
+        "step sample (verl-agent).",
+    )
+
+
+class PpoConfig(_Section):
+    lam: float = Field(0.95, ge=0, le=1, description="GAE λ (turn level).")
+    vf_coef: float = Field(0.5, ge=0, description="Weight of the value loss.")
+    vf_clip: float | None = Field(0.2, gt=0, description="Value clipping ε around the rollout-time value; null: off.")
+    value_head: Literal["linear", "mlp"] = Field("linear", description="Critic head on the policy's own body.")
+    whiten: bool = Field(True, description="Normalise the batch's turn advantages to mean 0, std 1.")
+
+
 class AlgoConfig(_Section):
-    name: Literal["grpo", "rloo"] = Field("grpo", description="Advantage estimator.")
-    norm: Literal["mean_std", "mean"] = Field("mean_std", description="GRPO normalisation.")
+    name: Literal["grpo", "rloo", "gigpo", "ppo"] = Field(
+        "grpo", description="Advantage estimator: grpo, rloo (episode level), gigpo (episode + anchor-state step "
+        "level), ppo (value head on the policy's body + turn-level GAE).")
+    norm: Literal["mean_std", "mean"] = Field(
+        "mean_std", description="GRPO/GiGPO normalisation: divide by the group std (mean_std) or not (mean).")
+    gamma: float = Field(0.95, ge=0, le=1, description="Turn discount γ of GiGPO step returns and PPO's GAE.")
+    gigpo: GigpoConfig = Field(default_factory=GigpoConfig)
+    ppo: PpoConfig = Field(default_factory=PpoConfig)
     group_size: int = Field(8, ge=1, description="G: rollouts per task from the same start state.")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA parameters.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -91,6 +125,37 @@ class AlgoConfig(_Section):
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
     kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+
+
+class SelaurConfig(_Section):
+    fail_weight: float = Field(0.95, gt=0, lt=1, description="w: failed steps get w·(uncertainty share).")
+    lam: float = Field(0.9, gt=0, le=1, description="λ of the trajectory aggregate (late steps weigh more).")
+    w_entropy: float = Field(1 / 3, ge=0, description="Weight of normalised entropy (0 switches it off).")
+    w_least_confidence: float = Field(1 / 3, ge=0, description="Weight of least confidence (0: off).")
+    w_margin: float = Field(1 / 3, ge=0, description="Weight of the margin term (0: off).")
+    margin_scale: float = Field(1.0, gt=0, description="Sigmoid scale s of the margin term.")
+    least_confidence: Literal["top1", "sampled"] = Field(
+        "top1", description="1 − p of the most likely token (top1) or of the sampled token (sampled).")
+    gap: float = Field(1.0, gt=0, description="Width of the failure band below the lowest success reward.")
+    success_reward: float = Field(1.0, description="The band's top when a batch has no success.")
+
+    @model_validator(mode="after")
+    def _some_metric(self):
+        if self.w_entropy + self.w_least_confidence + self.w_margin <= 0:
+            raise ValueError("reward.selaur: at least one of w_entropy, w_least_confidence, w_margin must be > 0")
+        return self
+
+
+class RewardConfig(_Section):
+    shaping: Literal["none", "selaur"] = Field(
+        "none", description="Reward shaping: selaur gives failed trajectories uncertainty rewards.")
+    selaur: SelaurConfig = Field(default_factory=SelaurConfig)
+
+
+class FilterConfig(_Section):
+    keep: float = Field(1.0, gt=0, le=1, description="Fraction of task groups kept per step, highest reward spread first (1: all).")
+    by: Literal["std", "range"] = Field("std", description="Spread measure of a group's rewards.")
+    drop_zero_std: bool = Field(False, description="Also drop every group whose rewards are all equal.")
 
 
 class TrainConfig(_Section):
@@ -115,6 +180,8 @@ class EvalConfig(_Section):
     episodes: int = Field(64, ge=1, description="Held-out tasks (seeds never used in training).")
     pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task (at agent.temperature) for pass@k (0: off).")
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
+    at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
+                           "starts several runs from one already-evaluated adapter).")
 
 
 class Config(_Section):
@@ -123,6 +190,8 @@ class Config(_Section):
     env: EnvConfig = Field(default_factory=EnvConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    filter: FilterConfig = Field(default_factory=FilterConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 

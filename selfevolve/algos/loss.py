@@ -104,3 +104,23 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     """H = logsumexp(z) − Σ softmax(z)·z over the last dim (stable: no explicit log of probs)."""
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float | None = 0.2
+               ) -> tuple[Tensor, dict[str, float]]:
+    """Clipped value loss (the PPO reference implementation's, as in OpenAI baselines and verl), mean over turns:
+
+        V_clip = V_old + clip(V − V_old, −ε, ε)
+        L = ½ · max((V − target)², (V_clip − target)²)
+
+    The clip keeps one update from moving a value estimate further than ε from where it was at rollout time
+    (``clip=None`` gives the plain ½(V − target)²). Returns the loss and ``clip_frac``.
+    """
+    err = (values - returns).square()
+    if clip is None:
+        return 0.5 * err.mean(), {"vf_clip_frac": 0.0}
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    err_c = (clipped - returns).square()
+    with torch.no_grad():
+        frac = (err_c > err).float().mean().item() if err.numel() else 0.0
+    return 0.5 * torch.maximum(err, err_c).mean(), {"vf_clip_frac": frac}

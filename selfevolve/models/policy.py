@@ -21,6 +21,9 @@ from peft import PeftModel, get_peft_model
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.models.generation import Generation, KVState, generate
+from selfevolve.models.value_head import ValueHead
+
+VALUE_PREFIX = "value_head."
 
 
 def common_prefix(seqs: list[list[int]]) -> list[int]:
@@ -51,10 +54,16 @@ class Policy:
                 ),
             )
         self.model = model
+        self.value_head: ValueHead | None = None
         self.stop_ids = end_of_turn_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     # ---- rollouts -------------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Size of the output distribution (the logits' last dimension; SELAUR's |V|)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -95,6 +104,12 @@ class Policy:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     # ---- updates --------------------------------------------------------------------------------------------
+    def attach_value_head(self, kind: str = "linear") -> ValueHead:
+        """Add a critic head on this policy's own body (PPO, Self-AC); it joins ``trainable_parameters``."""
+        hidden = self.model.get_input_embeddings().weight.shape[1]
+        self.value_head = ValueHead(hidden, kind).to(self.device)
+        return self.value_head
+
     def _body_and_head(self):
         base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
         return base.get_decoder(), base.get_output_embeddings()
@@ -133,10 +148,33 @@ class Policy:
         prompt and few-shot turns). They are encoded once and their keys/values shared by all rows — gradients
         flow back through the sharing, so the result equals the plain computation at a fraction of the cost.
         """
+        logp, entropy, _ = self.forward_rows(input_ids, attention_mask, loss_mask, with_entropy=with_entropy,
+                                             prefix_len=prefix_len)
+        return logp, entropy
+
+    def forward_rows(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        loss_mask: torch.Tensor | None,
+        *,
+        value_mask: torch.Tensor | None = None,
+        with_entropy: bool = False,
+        prefix_len: int = 0,
+    ):
+        """One forward of the body for both roles: ``(logprobs, entropy, values)``.
+
+        Actor: as :meth:`action_logprobs` (``loss_mask`` None skips it). Critic: ``values`` [m] is the value head
+        on the hidden state of every position where ``value_mask`` is 1, in the order of
+        ``value_mask.nonzero()`` (None if no mask is given or no head is attached).
+        """
         body, head = self._body_and_head()
         P = prefix_len
         if P > 0 and input_ids.shape[0] > 1:
-            assert not loss_mask[:, : P + 1].any(), "the shared prefix must carry no loss"
+            if loss_mask is not None:
+                assert not loss_mask[:, : P + 1].any(), "the shared prefix must carry no loss"
+            if value_mask is not None:
+                assert not value_mask[:, :P].any(), "the shared prefix must carry no value position"
             cache = DynamicCache()
             body(input_ids=input_ids[:1, :P], past_key_values=cache, use_cache=True)
             cache.batch_repeat_interleave(input_ids.shape[0])
@@ -144,9 +182,16 @@ class Policy:
             positions = torch.arange(P, input_ids.shape[1], device=input_ids.device)[None].expand_as(rest)
             hidden = body(input_ids=rest, attention_mask=attention_mask, position_ids=positions,
                           past_key_values=cache, use_cache=True).last_hidden_state
-            input_ids, loss_mask = rest, loss_mask[:, P:]
+            input_ids = rest
+            loss_mask = loss_mask[:, P:] if loss_mask is not None else None
+            value_mask = value_mask[:, P:] if value_mask is not None else None
         else:
             hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        values = None
+        if value_mask is not None and self.value_head is not None:
+            values = self.value_head(hidden[value_mask.bool()])
+        if loss_mask is None:
+            return None, None, values
         sel = loss_mask[:, 1:].bool()
         h = hidden[:, :-1][sel]
         logits = head(h).float()
@@ -159,7 +204,7 @@ class Policy:
         if with_entropy:
             with torch.no_grad():
                 entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy
+        return logp, entropy, values
 
     @contextlib.contextmanager
     def reference(self):
@@ -171,21 +216,40 @@ class Policy:
             yield
 
     def trainable_parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.value_head is not None:
+            params += list(self.value_head.parameters())
+        return params
 
     # ---- persistence ----------------------------------------------------------------------------------------
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items() if "lora_" in k}
+        """The trained weights: LoRA tensors, and the value head's under ``value_head.`` when there is one."""
+        state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items() if "lora_" in k}
+        if self.value_head is not None:
+            state |= {VALUE_PREFIX + k: v.detach().cpu().clone() for k, v in self.value_head.state_dict().items()}
+        return state
 
-    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_adapter_state(self, state: dict[str, torch.Tensor], value_head: str = "strict") -> None:
+        """Load :meth:`adapter_state` output. ``value_head``: ``"strict"`` (the head must match: resume),
+        ``"optional"`` (load it if both sides have one, e.g. starting PPO from a GRPO run) or ``"ignore"``."""
+        lora = {k: v for k, v in state.items() if not k.startswith(VALUE_PREFIX)}
+        critic = {k.removeprefix(VALUE_PREFIX): v for k, v in state.items() if k.startswith(VALUE_PREFIX)}
         own = {k for k in self.model.state_dict() if "lora_" in k}
-        unexpected, missing = set(state) - own, own - set(state)
+        unexpected, missing = set(lora) - own, own - set(lora)
         if unexpected or missing:
             key = sorted(unexpected or missing)[0]
             raise SelfEvolveError(f"the adapter does not fit this model (e.g. {key!r}); was it trained with "
                                   f"another model.name or model.lora settings?")
         try:
-            self.model.load_state_dict(state, strict=False)
+            self.model.load_state_dict(lora, strict=False)
+            if value_head == "ignore" or (value_head == "optional" and not (critic and self.value_head)):
+                return
+            if bool(critic) != (self.value_head is not None):
+                has = "has a value head" if critic else "has no value head"
+                raise SelfEvolveError(f"the checkpoint {has} but this run's algo.name "
+                                      f"{'does not use' if critic else 'needs'} one")
+            if critic:
+                self.value_head.load_state_dict(critic)
         except RuntimeError as e:
             raise SelfEvolveError(f"the adapter does not fit this model: {str(e).splitlines()[0]}") from None
 

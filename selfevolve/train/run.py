@@ -26,7 +26,7 @@ def load_run(path: str | Path, overrides: list[str] | None = None):
         apply_override(raw, o)
     cfg: Config = _validate(raw)
     policy = build_policy(cfg)
-    policy.load_adapter_state(data["adapter"])
+    policy.load_adapter_state(data["adapter"], value_head="ignore")  # acting needs no critic
     return cfg, policy, data["state"]
 
 

@@ -2,8 +2,10 @@
 
 Features
 - batched multi-turn rollouts, G per task from the same start state (groups);
-- GRPO (mean-std or mean-only) and RLOO advantages, PPO-clip with clip-higher, dual clip, optional KL to the
-  base model (adapter disabled, no second copy);
+- advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
+  on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
+  (``selfevolve/train/credit.py``);
+- PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
 - held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
 - checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
 - metrics to ``metrics.jsonl`` and TensorBoard, rollouts to ``trajectories.jsonl``, a live progress bar.
@@ -30,7 +32,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from selfevolve.agent.prompt import PromptBuilder
-from selfevolve.algos.advantages import compute_advantages
 from selfevolve.config import Config, save_config
 from selfevolve.envs import ENVS, env_options, make_env
 from selfevolve.envs.base import TextEnv
@@ -40,15 +41,16 @@ from selfevolve.models.policy import Policy
 from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.samples import build_rows
-from selfevolve.train.update import ppo_update
+from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
-_RUN_DEFINING = ("seed", "model", "env", "agent", "algo")
+_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter")
 _RUN_FILES = ("config.yaml", "metrics.jsonl", "trajectories.jsonl", "tensorboard", "checkpoints")
 
 
@@ -70,11 +72,14 @@ def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     return ENVS[cfg.env.name]
 
 
-def build_policy(cfg: Config) -> Policy:
+def build_policy(cfg: Config, critic: bool = False) -> Policy:
+    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head PPO trains (``algo.ppo.value_head``)."""
     model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
     policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
+    if critic:
+        policy.attach_value_head(cfg.algo.ppo.value_head)
     return policy
 
 
@@ -103,7 +108,7 @@ class Trainer:
         self.out_dir = Path(cfg.train.out_dir)
         self._check_out_dir()  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
-        self.policy = build_policy(cfg)
+        self.policy = build_policy(cfg, critic=cfg.algo.name == "ppo")
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
@@ -117,7 +122,11 @@ class Trainer:
         self._init_out_dir()
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
-        elif cfg.train.resume:  # nothing to resume from: start clean, without a stale log of an earlier attempt
+        elif cfg.model.init_from:
+            data = load_checkpoint(find_checkpoint(cfg.model.init_from), with_optimizer=False)
+            self.policy.load_adapter_state(data["adapter"], value_head="optional")
+        if cfg.train.resume and not self.resumed:
+            # nothing to resume from: start clean, without a stale log of an earlier attempt
             for name in ("metrics.jsonl", "trajectories.jsonl"):
                 (self.out_dir / name).unlink(missing_ok=True)
 
@@ -208,15 +217,14 @@ class Trainer:
         t0 = time.perf_counter()
         trajs, stats = self.collect()
         t1 = time.perf_counter()
-        # rewards -> advantages: the episode reward, normalised within each task group.
-        rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
-        adv = compute_advantages(cfg.algo.name, rewards, [t.group_id for t in trajs], norm=cfg.algo.norm)
-        rows = build_rows(trajs, adv.tolist())
-        upd = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng) if rows else {}
+        rows, credit_metrics = self.credit(trajs)
+        upd = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
+                         vf_clip=cfg.algo.ppo.vf_clip) if rows else {}
         t2 = time.perf_counter()
         self.step += 1
         metrics = {
             **rollout_metrics(trajs),
+            **credit_metrics,
             **upd,
             "time/rollout": t1 - t0,
             "time/update": t2 - t1,
@@ -227,6 +235,31 @@ class Trainer:
                 for t in trajs:
                     f.write(json.dumps({"step": self.step, **t.to_dict(with_ids=False)}) + "\n")
         return metrics
+
+    def credit(self, trajs: list[Trajectory]):
+        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``)."""
+        cfg = self.cfg
+        batch, metrics = credit_batch(trajs, cfg, self.policy.vocab_size)
+        keep, filter_metrics = select_groups(batch, cfg.filter)
+        metrics.update(filter_metrics)
+        kept = [t for t, k in zip(trajs, keep.tolist()) if k]
+        batch = batch.select(keep)
+        if not kept:
+            return [], metrics
+        values = None
+        if cfg.algo.name == "ppo":
+            # V(s_t) of every turn under the current weights, before the update (the "old" values)
+            probe = build_rows(kept, [0.0] * len(kept))
+            per_turn = [[0.0] * len(t.steps) for t in kept]
+            for row, vals in zip(probe, compute_values(self.policy, probe, cfg.algo.micro_batch_tokens)):
+                for (i, t), v in zip(row.turns, vals):
+                    per_turn[i][t] = v
+            batch.values, _ = padded(per_turn)
+            values = per_turn
+        adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo)
+        rows = build_rows(kept, batch.per_step(adv),
+                          returns=batch.per_step(returns) if returns is not None else None, values=values)
+        return rows, metrics
 
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None) -> dict[str, float]:
         e = self.cfg.eval
@@ -250,9 +283,11 @@ class Trainer:
             with progress:
                 bar = progress.add_task("", total=cfg.train.steps, completed=self.step)
                 if self.step == 0 and not self.resumed:
-                    progress.update(bar, description="evaluating the untrained policy")
-                    self.last_eval = self.evaluate()
-                    first = dict(self.last_eval)
+                    first: dict[str, float] = {}
+                    if cfg.eval.at_start:
+                        progress.update(bar, description="evaluating the untrained policy")
+                        self.last_eval = self.evaluate()
+                        first = dict(self.last_eval)
                     if cfg.train.warm_start_steps and has_expert(self.env_cls, self.env_options):
                         first.update(self.warm_start(logger, progress, bar))
                     logger.log(0, first)

@@ -3,6 +3,10 @@
 The loss is token-mean over all generated tokens of a minibatch (micro-batches are weighted by their token
 count, so accumulation gives exactly the same gradient as one big batch). The optional KL term compares with
 the reference policy — the base model with the LoRA adapter disabled.
+
+With a critic (PPO: rows carry ``returns``), the same forward pass also reads the value head at each turn's
+value position, and the loss adds ``vf_coef`` × the clipped value loss (turn-mean, weighted across
+micro-batches by turn count as the policy loss is by token count).
 """
 
 from __future__ import annotations
@@ -11,15 +15,19 @@ import random
 
 import torch
 
-from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
+from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
 from selfevolve.train.samples import Row, collate, micro_batches, shared_prefix_len
 
 
-def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo") -> dict[str, float]:
+def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
+               vf_coef: float = 0.5, vf_clip: float | None = 0.2) -> dict[str, float]:
     """Run ``algo.epochs`` × ``algo.minibatches`` optimizer steps over ``rows``; return averaged metrics.
 
     ``objective="nll"`` trains the same rows by maximum likelihood instead (the behaviour-cloning warm start).
+    When the rows carry critic targets (``Row.returns``) and the policy has a value head, the value loss is
+    added with weight ``vf_coef``.
     """
+    critic = objective == "ppo" and policy.value_head is not None and any(r.returns for r in rows)
     sums: dict[str, float] = {}
     count = 0
     params = policy.trainable_parameters()
@@ -33,13 +41,15 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
         for m in range(n_mb):
             mb = order[m::n_mb]
             n_tokens = sum(len(r.advantages) for r in mb)
+            n_turns = sum(len(r.returns) for r in mb)
             optimizer.zero_grad(set_to_none=True)
             st_mb: dict[str, float] = {}
             for chunk in micro_batches(mb, algo.micro_batch_tokens):
                 b = collate(chunk, policy.pad_id, policy.device)
                 P = shared_prefix_len(chunk)
-                logp, ent = policy.action_logprobs(
-                    b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P
+                logp, ent, values = policy.forward_rows(
+                    b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
+                    value_mask=b["value_mask"] if critic else None,
                 )
                 if objective == "nll":
                     loss = -logp.mean()
@@ -69,9 +79,18 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                     loss = loss + algo.kl_coef * kl
                     st["kl"] = float(kl.detach())
                 w = logp.numel() / n_tokens
-                (loss * w).backward()
-                for k, v in st.items():
-                    st_mb[k] = st_mb.get(k, 0.0) + w * v
+                loss = loss * w
+                weighted = [(w, st)]
+                if critic:
+                    vloss, vst = value_loss(values, b["old_values"], b["returns"], clip=vf_clip)
+                    wv = values.numel() / max(n_turns, 1)  # turn-mean across micro-batches
+                    loss = loss + vf_coef * wv * vloss
+                    weighted.append((wv, {"loss/value": float(vloss.detach()),
+                                          "value/mean": float(values.detach().mean()), **vst}))
+                loss.backward()
+                for weight, stats in weighted:
+                    for k, v in stats.items():
+                        st_mb[k] = st_mb.get(k, 0.0) + weight * v
             grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
             optimizer.step()
             st_mb["grad_norm"] = float(grad_norm)
@@ -79,3 +98,23 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+@torch.no_grad()
+def compute_values(policy, rows: list[Row], micro_batch_tokens: int) -> list[list[float]]:
+    """V at every row's value positions under the current weights (PPO's rollout-time values, before the
+    update); one no-grad forward per micro-batch. Returns one list per row, in the rows' order."""
+    policy.model.eval()
+    out: dict[int, list[float]] = {}
+    index = {id(r): k for k, r in enumerate(rows)}
+    for chunk in micro_batches(rows, micro_batch_tokens):
+        b = collate(chunk, policy.pad_id, policy.device)
+        P = shared_prefix_len(chunk)  # stops before the first reply's predictor = the first value position
+        _, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], None,
+                                           value_mask=b["value_mask"], prefix_len=P)
+        vals = values.float().cpu().tolist()
+        k = 0
+        for r in chunk:
+            out[index[id(r)]] = vals[k: k + len(r.value_pos)]
+            k += len(r.value_pos)
+    return [out[k] for k in range(len(rows))]
