@@ -1,0 +1,344 @@
+"""The machinery every tool world shares: tasks, answer checking, and :class:`ToolWorld`, a :class:`TextEnv`
+whose actions are tool calls.
+
+Why a base class: the shop and the tables worlds differ in their data and tools, but an episode is the same
+thing in both — a user's request as the first observation, one tool call per turn, tool results (or error
+messages) as observations, ``finish(answer)`` to end, and success decided by the world from a verifiable goal.
+A new world only supplies its tools (``@tool`` methods), its tasks and its goal check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.errors import ConfigError
+from selfevolve.worlds.tools import ToolCall, ToolSet, format_tool_call, tool
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+@dataclass
+class Task:
+    """One request of a tool world.
+
+    ``goal`` is what the world checks at ``finish``: ``{"answer": <expected or None>, ...}`` plus whatever the
+    world checks besides (the shop adds ``"changes"``, the exact database rows the episode must change).
+    ``solution`` is a reference list of calls ``[{"name": ..., "arguments": {...}}, ...]`` ending with
+    ``finish``; following it solves the task (a test replays every shipped task).
+    """
+
+    id: str
+    split: str  # "train" or "test"
+    level: int  # difficulty: shop 1-3, tables 1 (easy) or 2 (hard)
+    intent: str  # the kind of request, e.g. "cancel_order"
+    instruction: str  # the user's request: the first observation
+    goal: dict[str, Any]
+    solution: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Task":
+        return cls(**{k: data[k] for k in ("id", "split", "level", "intent", "instruction", "goal", "solution")})
+
+
+def load_tasks(path: str) -> list[Task]:
+    """Tasks from a JSONL file, one :meth:`Task.to_dict` object per line (blank lines skipped)."""
+    with open(path, encoding="utf-8") as f:
+        return [Task.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def save_tasks(tasks: list[Task], path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for t in tasks:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- answers
+_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*)?\.?\d+(?:[eE][-+]?\d+)?")
+_EDGE = " \t\n\"'`*.,;:!?()[]{}"
+
+
+def normalise_text(text: Any) -> str:
+    """Case-folded, surrounding punctuation and quotes stripped, inner whitespace collapsed."""
+    return " ".join(str(text).casefold().split()).strip(_EDGE)
+
+
+def parse_number(text: Any) -> float | None:
+    """A number from an answer: the whole text ('$1,234.50', '12.5%') or else its only number ('the total is
+    129.99'); None when there is no number or more than one (a list of guesses is not an answer)."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return float(text)
+    s = normalise_text(text).replace("$", "").replace("%", "").replace("usd", "").strip()
+    try:
+        return float(s.replace(",", ""))
+    except ValueError:
+        pass
+    found = _NUMBER.findall(s)
+    if len(found) != 1:
+        return None
+    try:
+        return float(found[0].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def answers_match(answer: Any, expected: Any, tolerance: float = 0.01) -> bool:
+    """Whether an answer equals the expected one: numbers within ``tolerance`` (a cent: expected answers are
+    rounded to two decimals, and an agent rounding a value it got to 4 decimals may land one cent off),
+    anything else by :func:`normalise_text` equality (case-insensitive)."""
+    if expected is None:
+        return True
+    exp_num = parse_number(expected) if not isinstance(expected, str) or _is_number(expected) else None
+    if exp_num is not None:
+        got = parse_number(answer)
+        return got is not None and abs(got - exp_num) <= tolerance + 1e-9
+    return normalise_text(answer) == normalise_text(expected)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+def tool_prompt(intro: str, toolset: ToolSet, example: str) -> str:
+    """A tool world's system prompt: ``intro`` (the world and its rules), the call format shown on ``example``
+    (a call as the model should write it) and the tools' schemas in ``<tools>``, one per line, as Qwen /
+    Hermes chat templates list them."""
+    return (f"{intro.rstrip()}\n"
+            f"Call exactly one tool per reply, as JSON inside tags:\n{example}\n"
+            "The tool's result comes back as the next message.\n"
+            f"Tools:\n<tools>\n{toolset.prompt_text()}\n</tools>")
+
+
+# ---------------------------------------------------------------------------------------------- the world
+def _check_options(world: str, split: str, level: Any, levels: tuple[int, ...], max_turns: Any,
+                   invalid_penalty: Any, tool_error_penalty: Any) -> None:
+    if split not in ("train", "test", "all"):
+        raise ConfigError(f"{world} option 'split' must be 'train', 'test' or 'all', got {split!r}")
+    if level is not None and (isinstance(level, bool) or level not in levels):
+        raise ConfigError(f"{world} option 'level' must be null or one of {list(levels)}, got {level!r}")
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise ConfigError(f"{world} option 'max_turns' must be an integer >= 1, got {max_turns!r}")
+    for key, value in (("invalid_penalty", invalid_penalty), ("tool_error_penalty", tool_error_penalty)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{world} option {key!r} must be a number, got {value!r}")
+
+
+class ToolWorld(TextEnv):
+    """A :class:`TextEnv` whose actions are tool calls and whose episodes are :class:`Task` s.
+
+    Subclasses define ``@tool`` methods (the world's tools; ``finish(answer)`` is inherited), and implement
+    :meth:`all_tasks` and :meth:`goal_reached`; worlds with state beyond plain attributes (a database) also
+    override :meth:`begin`, :meth:`world_snapshot`, :meth:`world_restore` and :meth:`world_key`.
+
+    An episode: ``reset(seed)`` picks task ``seed % n`` of the env's split and level and returns its
+    instruction. Each ``step`` takes one reply holding one tool call. Results come back as the observation
+    (JSON or text). A reply that is not a well-formed call of a known tool gives ``"Error: ..."``, reward
+    ``-invalid_penalty`` and ``info["valid_action"] = False``; a call the tool refuses (an unknown order id,
+    an order that is not pending) gives ``"Error: ..."`` with reward ``-tool_error_penalty`` (0 by default)
+    but is a valid action. ``finish(answer)`` ends the episode with reward 1.0 if :meth:`goal_reached`, else
+    0. The episode also ends, unsolved, after ``max_turns`` steps.
+
+    ``info`` always holds ``success``, ``valid_action``, ``intent``, ``level``, ``task_id``, ``tool_call``
+    (``{"name", "arguments"}`` of the validated call, or None) and ``tool_error``.
+    """
+
+    name: ClassVar[str] = "toolworld"
+    levels: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    toolset: ClassVar[ToolSet]  # built for each subclass by __init_subclass__
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.toolset = ToolSet.from_class(cls)
+
+    def __init__(self, split: str = "train", level: int | None = None, max_turns: int = 10,
+                 invalid_penalty: float = 0.1, tool_error_penalty: float = 0.0):
+        _check_options(self.name, split, level, self.levels, max_turns, invalid_penalty, tool_error_penalty)
+        self.split, self.level, self.max_turns = split, level, max_turns
+        self.invalid_penalty, self.tool_error_penalty = float(invalid_penalty), float(tool_error_penalty)
+        self.tasks = [t for t in self.all_tasks() if split in ("all", t.split) and level in (None, t.level)]
+        if not self.tasks:
+            raise ConfigError(f"{self.name}: no tasks for split={split!r} level={level!r}")
+        self.task: Task | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.turn, self.done, self.success, self.answer = 0, False, False, None
+        self.observation = ""
+        self.calls: list[str] = []  # keys of the calls that ran without error, in order
+        self.writes: list[str] = []  # the same, for tools that change the world
+
+    # ------------------------------------------------------------------ to implement
+    def all_tasks(self) -> list[Task]:
+        """Every task of the world (all splits and levels)."""
+        raise NotImplementedError
+
+    def goal_reached(self, answer: str) -> bool:
+        """Whether the episode, ended with ``answer``, met ``self.task.goal``. Default: the answer matches."""
+        return answers_match(answer, self.task.goal.get("answer"))
+
+    def begin(self, task: Task) -> None:
+        """Set up the world's state for a new episode of ``task`` (e.g. a fresh copy of a database)."""
+
+    def world_snapshot(self) -> Any:
+        return None
+
+    def world_restore(self, snap: Any) -> None:
+        pass
+
+    def world_key(self) -> str:
+        return ""
+
+    # ------------------------------------------------------------------ the tool every world has
+    @tool
+    def finish(self, answer: str | int | float) -> str | int | float:
+        """End the episode with your final answer to the user.
+
+        Args:
+            answer: the final answer: just the requested value when the user asked a question (e.g.
+                "delivered" or 42.5), otherwise a short confirmation.
+        """
+        return answer  # numbers are accepted too: models often write {"answer": 42.5}
+
+    # ------------------------------------------------------------------ episodes
+    def reset(self, seed: int) -> str:
+        """Start task ``seed % len(self.tasks)`` of this env's split and level (same seed, same task)."""
+        return self.load(self.tasks[int(seed) % len(self.tasks)])
+
+    def load(self, task: Task | str) -> str:
+        """Start an episode of a given task (or task id, searched in all splits). Returns the instruction."""
+        if isinstance(task, str):
+            by_id = {t.id: t for t in self.all_tasks()}
+            if task not in by_id:
+                raise KeyError(f"no task {task!r}")
+            task = by_id[task]
+        self.task = task
+        self._clear()
+        self.begin(task)
+        self.observation = task.instruction
+        return self.observation
+
+    def render(self) -> str:
+        return self.observation
+
+    def demonstrate(self, task: Task) -> list[tuple[str, str]]:
+        """The (observation, action) turns of the reference solution of ``task``: few-shot examples."""
+        turns, observation = [], self.load(task)
+        while (action := self.expert_action()) is not None:
+            turns.append((observation, action))
+            observation = self.step(action).observation
+        return turns
+
+    def _info(self, valid: bool, call: ToolCall | None = None, tool_error: bool = False) -> dict[str, Any]:
+        task = self.task
+        return {"success": self.success, "valid_action": valid, "intent": task.intent, "level": task.level,
+                "task_id": task.id, "tool_call": None if call is None else {"name": call.name,
+                                                                            "arguments": call.arguments},
+                "tool_error": tool_error}
+
+    def step(self, action: str) -> StepResult:
+        if self.task is None:
+            raise RuntimeError("call reset(seed) before step()")
+        if self.done:  # a finished episode changes nothing
+            return StepResult(self.observation, 0.0, True, self._info(True))
+        self.turn += 1
+        outcome = self.toolset.run(action, owner=self)
+        if not outcome.valid:
+            reward = -self.invalid_penalty
+        elif outcome.error:
+            reward = -self.tool_error_penalty
+        else:
+            reward = 0.0
+            key = outcome.call.key()
+            self.calls.append(key)
+            if self.toolset[outcome.call.name].writes:
+                self.writes.append(key)
+            if outcome.call.name == "finish":
+                self.answer = outcome.call.arguments["answer"]
+                self.success = bool(self.goal_reached(self.answer))
+                self.done = True
+                reward = 1.0 if self.success else 0.0
+        if self.turn >= self.max_turns:
+            self.done = True
+        self.observation = outcome.observation
+        if self.answer is not None:
+            self.observation = f"Finished with the answer: {self.answer}"
+        return StepResult(self.observation, reward, self.done, self._info(outcome.valid, outcome.call, outcome.error))
+
+    # ------------------------------------------------------------------ experts, progress, keys
+    def reference_calls(self) -> list[ToolCall]:
+        """The task's reference solution as validated calls (defaults filled in, so keys compare)."""
+        cached = self.__dict__.get("_reference")
+        if cached is None or cached[0] is not self.task:
+            calls = [self.toolset.parse(format_tool_call(c["name"], c["arguments"])) for c in self.task.solution]
+            cached = self._reference = (self.task, calls)
+        return cached[1]
+
+    def _remaining(self) -> list[ToolCall]:
+        """Reference calls not made yet (as a multiset: a call made once covers one occurrence)."""
+        made = Counter(self.calls)
+        left = []
+        for call in self.reference_calls():
+            if made[call.key()] > 0:
+                made[call.key()] -= 1
+            else:
+                left.append(call)
+        return left
+
+    def expert_action(self) -> str | None:
+        """The next call of the reference solution that has not been made yet (None when done).
+
+        Following it from the start solves the task; after the agent's own calls it still proposes the
+        remaining reference calls (which may no longer suffice if the agent changed the world wrongly).
+        """
+        if self.task is None or self.done:
+            return None
+        left = self._remaining()
+        return left[0].text() if left else None
+
+    def progress(self) -> float:
+        """1.0 when solved, else the fraction of the reference calls made so far."""
+        if self.task is None:
+            return 0.0
+        if self.success:
+            return 1.0
+        total = len(self.task.solution)
+        return (total - len(self._remaining())) / total if total else 0.0
+
+    def state_key(self) -> str:
+        """Task, the distinct calls made (what the agent has learnt), the writes in order (the world's state),
+        the world's own key and whether it is over. Equal keys mean equal states."""
+        parts = [self.task.id if self.task else "", *sorted(set(self.calls)), "|", *self.writes, "|",
+                 self.world_key(), str(self.done), str(self.success)]
+        digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+        return f"{self.task.id if self.task else ''}:{digest}"
+
+    # ------------------------------------------------------------------ snapshots
+    _EPISODE = ("task", "turn", "done", "success", "answer", "observation", "calls", "writes")
+
+    def snapshot(self) -> dict[str, Any]:
+        """The episode's fields (lists copied; the task is shared, tasks are never changed) and the world's
+        own state (:meth:`world_snapshot`)."""
+        snap = {k: getattr(self, k) for k in self._EPISODE}
+        snap["calls"], snap["writes"] = list(self.calls), list(self.writes)
+        snap["world"] = self.world_snapshot()
+        return snap
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for k in self._EPISODE:
+            setattr(self, k, snapshot[k])
+        self.calls, self.writes = list(snapshot["calls"]), list(snapshot["writes"])
+        self.world_restore(snapshot["world"])
