@@ -760,6 +760,10 @@ def test_extra_tasks_from_a_file(tmp_path):
     assert env.tasks[-1] == extra
     env.load("mine-1")
     assert env.step(env.expert_action()).info["valid_action"]
+    typo = Task("mine-2", "train", 1, "product_price", "?", {"answer": "1"}, [{"name": "find_product", "arguments": {}}])
+    env.load(typo)
+    with pytest.raises(ValueError, match="task mine-2: its reference solution has an invalid call"):
+        env.expert_action()
 
 
 def test_docs_new_world_example_runs():

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.tools import ToolCall, ToolSet, format_tool_call, tool
+from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -140,9 +140,12 @@ def _check_options(world: str, split: str, level: Any, levels: tuple[int, ...], 
 class ToolWorld(TextEnv):
     """A :class:`TextEnv` whose actions are tool calls and whose episodes are :class:`Task` s.
 
-    Subclasses define ``@tool`` methods (the world's tools; ``finish(answer)`` is inherited), and implement
-    :meth:`all_tasks` and :meth:`goal_reached`; worlds with state beyond plain attributes (a database) also
-    override :meth:`begin`, :meth:`world_snapshot`, :meth:`world_restore` and :meth:`world_key`.
+    Subclasses define ``@tool`` methods (the world's tools; ``finish(answer)`` is inherited) and implement
+    :meth:`all_tasks`; :meth:`goal_reached` too unless the goal is just an answer. Worlds with their own
+    state (a database, a loaded table) set it up in :meth:`begin` and give it to snapshots and state keys in
+    :meth:`world_snapshot`, :meth:`world_restore` and :meth:`world_key`. A subclass's ``__init__`` takes its
+    options as plain keyword arguments (they become config keys) and stores any that :meth:`all_tasks` needs
+    before calling ``super().__init__``.
 
     An episode: ``reset(seed)`` picks task ``seed % n`` of the env's split and level and returns its
     instruction. Each ``step`` takes one reply holding one tool call. Results come back as the observation
@@ -283,7 +286,10 @@ class ToolWorld(TextEnv):
         """The task's reference solution as validated calls (defaults filled in, so keys compare)."""
         cached = self.__dict__.get("_reference")
         if cached is None or cached[0] is not self.task:
-            calls = [self.toolset.parse(format_tool_call(c["name"], c["arguments"])) for c in self.task.solution]
+            try:
+                calls = [self.toolset.parse(format_tool_call(c["name"], c["arguments"])) for c in self.task.solution]
+            except CallError as e:  # a hand-written task with a typo: say which
+                raise ValueError(f"task {self.task.id}: its reference solution has an invalid call: {e}") from None
             cached = self._reference = (self.task, calls)
         return cached[1]
 
