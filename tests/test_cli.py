@@ -170,7 +170,7 @@ def test_train_bad_yaml(text, needles, tmp_path):
 
 def test_train_yaml_and_override_errors_name_the_file(tmp_path):
     (tmp_path / "ok.yaml").write_text("model:\n  name: tiny\n")
-    code, err, output = invoke("train", tmp_path / "ok.yaml", "algo.name=ppo")
+    code, err, output = invoke("train", tmp_path / "ok.yaml", "algo.name=a2c")
     assert_user_error(code, err, output, "algo.name", "'grpo'", "'rloo'")
 
 
