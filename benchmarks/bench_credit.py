@@ -9,7 +9,10 @@ methods differ in nothing but their credit assignment. Evaluation: greedy succes
 
 Runs go to ``--out`` (default runs/bench_credit); an interrupted benchmark continues where it stopped (finished
 runs are skipped, unfinished ones resume from their last checkpoint). Writes ``summary.json`` there, a plot
-(``--plot``, needs matplotlib: ``pip install -e '.[bench]'``), a markdown table, and a final SUMMARY line.
+(``--plot``, needs matplotlib: ``pip install -e '.[bench]'``: greedy eval success at the start and at each
+evaluation, and the training rollouts' success rate at every update), a markdown table, and a final SUMMARY
+line. The warm start always uses the default batch (4 tasks x 8 rollouts per behaviour-cloning step);
+``--tasks-per-step``/``--group-size`` set the RL batch of the method runs.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--steps", type=int, default=10, help="RL updates per method run")
+    ap.add_argument("--tasks-per-step", type=int, default=4, help="tasks per RL update (method runs)")
+    ap.add_argument("--group-size", type=int, default=8, help="rollouts per task (method runs)")
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--episodes", type=int, default=64, help="held-out eval episodes")
     ap.add_argument("--warm-steps", type=int, default=10, help="behaviour-cloning steps of the shared warm start")
@@ -93,14 +98,25 @@ def main() -> None:
     method_jobs = [(f"{env}-s{seed}-{m}",
                     [*common, f"env.name={env}", f"seed={seed}", *METHODS[m], f"model.init_from={warm_dir(env, seed)}",
                      "train.warm_start_steps=0", "eval.at_start=false", f"train.steps={args.steps}",
+                     f"train.tasks_per_step={args.tasks_per_step}", f"algo.group_size={args.group_size}",
                      f"train.eval_every={args.eval_every}"], args.out / f"{env}-s{seed}-{m}", args.steps)
                    for env in args.envs for seed in args.seeds for m in args.methods]
     walls: dict[str, float] = {}
     with ThreadPoolExecutor(args.workers) as pool:
-        for job, dt in zip(warm_jobs, pool.map(lambda j: run_job(*j, args.threads, logs), warm_jobs)):
-            walls[job[0]] = dt
-        for job, dt in zip(method_jobs, pool.map(lambda j: run_job(*j, args.threads, logs), method_jobs)):
-            walls[job[0]] = dt
+        # Warm starts are submitted first, so every one has started before any method run waits for it: a
+        # method run needs only its own seed's warm start, and the other workers keep busy meanwhile.
+        warm = {job[2]: pool.submit(run_job, *job, args.threads, logs) for job in warm_jobs}
+
+        def method(job):
+            env, seed = job[0].split("-s")[0], int(job[0].split("-s")[1].split("-")[0])
+            warm[warm_dir(env, seed)].result()
+            return run_job(*job, args.threads, logs)
+
+        futures = {job[0]: pool.submit(method, job) for job in method_jobs}
+        for job in warm_jobs:
+            walls[job[0]] = warm[job[2]].result()
+        for name, fut in futures.items():
+            walls[name] = fut.result()
 
     summary = summarise(args, walls)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -117,37 +133,51 @@ def summarise(args, walls: dict[str, float]) -> dict:
     for env in args.envs:
         results[env] = {}
         for m in args.methods:
-            curves, seconds, tokens = [], [], []
+            curves, seconds, tokens, train_curves, upd = [], [], [], [], []
             for seed in args.seeds:
                 warm = read_metrics(args.out / f"{env}-s{seed}-warm")
                 start = next((r.get("warm/success", r.get("eval/success")) for r in warm if r.get("step") == 0), None)
                 rows = read_metrics(args.out / f"{env}-s{seed}-{m}")
                 curve = {0: start, **{r["step"]: r["eval/success"] for r in rows if "eval/success" in r}}
                 curves.append(curve)
+                train_curves.append({r["step"]: r["success/rate"] for r in rows if "success/rate" in r})
                 seconds.append(sum(r.get("time/rollout", 0) + r.get("time/update", 0) for r in rows))
+                upd.append(sum(r.get("time/update", 0) for r in rows))
                 tokens.append(statistics.mean(r.get("tokens_per_s", 0) for r in rows if "tokens_per_s" in r)
                               if any("tokens_per_s" in r for r in rows) else 0)
             steps = sorted(set.intersection(*(set(c) for c in curves)))
             mean = {s: statistics.mean(c[s] for c in curves) for s in steps}
             std = {s: statistics.pstdev(c[s] for c in curves) if len(curves) > 1 else 0.0 for s in steps}
             last = steps[-1]
+            tsteps = sorted(set.intersection(*(set(c) for c in train_curves))) if train_curves else []
             results[env][m] = {
                 "steps": steps, "mean": [mean[s] for s in steps], "std": [std[s] for s in steps],
                 "per_seed_final": [c[last] for c in curves], "start_mean": mean[0],
                 "final_mean": mean[last], "final_std": std[last],
                 "train_seconds_mean": statistics.mean(seconds),
+                "update_seconds_mean": statistics.mean(upd),
+                "train_steps": tsteps,
+                "train_success_mean": [statistics.mean(c[t] for c in train_curves) for t in tsteps],
+                # the sampled training rollouts of the last 3 updates (G x tasks per update, per seed): a finer
+                # signal than greedy eval success while that is still near 0
+                "train_success_late_per_seed": [statistics.mean(sorted(c.items())[-3:][i][1] for i in range(min(3, len(c))))
+                                                for c in train_curves],
             }
     return {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}
 
 
 def print_table(summary: dict) -> None:
-    print("| env | method | eval success at start (warm) | final, mean ± std over seeds | per seed | train s/run |")
-    print("|---|---|---:|---:|---|---:|")
+    print("| env | method | greedy eval success: start (warm) | final, mean ± std over seeds | per seed | "
+          "training-rollout success, last 3 updates: mean ± std | per seed | train s/run (update s) |")
+    print("|---|---|---:|---:|---|---:|---|---:|")
     for env, ms in summary["results"].items():
         for m, s in ms.items():
             seeds = ", ".join(f"{x:.3f}" for x in s["per_seed_final"])
+            late = s["train_success_late_per_seed"]
+            sd = statistics.pstdev(late) if len(late) > 1 else 0.0
             print(f"| {env} | {m} | {s['start_mean']:.3f} | {s['final_mean']:.3f} ± {s['final_std']:.3f} | {seeds} | "
-                  f"{s['train_seconds_mean']:.0f} |")
+                  f"{statistics.mean(late):.3f} ± {sd:.3f} | {', '.join(f'{x:.3f}' for x in late)} | "
+                  f"{s['train_seconds_mean']:.0f} ({s['update_seconds_mean']:.0f}) |")
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -157,18 +187,21 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     envs = list(summary["results"])
-    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
-    for ax, env in zip(axes[0], envs):
+    fig, axes = plt.subplots(2, len(envs), figsize=(5.5 * len(envs), 6.4), squeeze=False)
+    for col, env in enumerate(envs):
+        top, bottom = axes[0][col], axes[1][col]
         for m, s in summary["results"][env].items():
             lo = [a - b for a, b in zip(s["mean"], s["std"])]
             hi = [a + b for a, b in zip(s["mean"], s["std"])]
-            ax.plot(s["steps"], s["mean"], marker="o", label=m)
-            ax.fill_between(s["steps"], lo, hi, alpha=0.15)
-        ax.set_title(f"{env} (smollm2-135m)")
-        ax.set_xlabel("RL update (after the shared warm start)")
-        ax.set_ylabel("greedy eval success")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+            line, = top.plot(s["steps"], s["mean"], marker="o", label=m)
+            top.fill_between(s["steps"], lo, hi, alpha=0.15, color=line.get_color())
+            bottom.plot(s["train_steps"], s["train_success_mean"], marker=".", label=m, color=line.get_color())
+        top.set_title(f"{env}: greedy eval success (mean ± std over seeds)")
+        bottom.set_title(f"{env}: success of the training rollouts")
+        bottom.set_xlabel("RL update (after the shared warm start)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
