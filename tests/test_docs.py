@@ -1,4 +1,4 @@
-"""The code in the user docs runs: the environment example trains one step on the tiny model."""
+"""The user docs hold: their code runs (the environment example trains one step on the tiny model), their links resolve."""
 
 import re
 from pathlib import Path
@@ -30,3 +30,15 @@ def test_readme_example_trains(tmp_path):
                           f'"train.out_dir={tmp_path / "r"}"]')
     exec(block, {})
     assert (tmp_path / "r" / "metrics.jsonl").is_file()
+
+
+def test_relative_links_in_the_docs_point_to_files_that_exist():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:", "#")):
+                continue
+            if not (page.parent / target.split("#")[0]).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
