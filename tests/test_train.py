@@ -53,6 +53,7 @@ ALGOS = {
     "gigpo+selaur": ["algo.name=gigpo", "reward.shaping=selaur"],
     "gigpo+selaur+mean": ["algo.name=gigpo", "reward.shaping=selaur", "algo.norm=mean"],
     "ppo+selaur+filter": ["algo.name=ppo", "reward.shaping=selaur", "filter.keep=0.5"],
+    "ppo-without-groups": ["algo.name=ppo", "algo.group_size=1"],  # the critic needs no group of rollouts
 }
 
 
@@ -104,7 +105,7 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
     assert [json.loads(x)["steps"][0]["action_text"] for x in ta] == [json.loads(x)["steps"][0]["action_text"] for x in tb]
 
 
-@pytest.mark.parametrize("algo", ["rloo", "gigpo", "ppo", "gigpo+selaur", "grpo_mean_kl"])
+@pytest.mark.parametrize("algo", ["rloo", "gigpo", "ppo", "ppo-without-groups", "gigpo+selaur", "grpo_mean_kl"])
 def test_every_estimator_and_kl_run_end_to_end(tmp_path, algo):
     extra = ALGOS.get(algo, ["algo.norm=mean", "algo.kl_coef=0.01", "algo.minibatches=2"])
     out = tmp_path / algo
@@ -113,7 +114,7 @@ def test_every_estimator_and_kl_run_end_to_end(tmp_path, algo):
     assert m["step"] == 1 and math.isfinite(m["loss/policy"]) and "filter/zero_std_frac" in m
     if algo == "grpo_mean_kl":
         assert "kl" in m and m["kl"] == pytest.approx(0.0, abs=1e-6)  # first minibatch: adapter B = 0 -> policy = reference
-    if algo == "ppo":
+    if algo.startswith("ppo"):
         assert math.isfinite(m["loss/value"]) and "value_head.net.weight" in load_file(
             str(out / "checkpoints" / "step-1" / "adapter.safetensors"))
     if "selaur" in algo:
