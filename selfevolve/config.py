@@ -57,7 +57,7 @@ class EnvConfig(BaseModel):
     """Environment choice; extra keys are the environment's own options, checked against its constructor."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True, coerce_numbers_to_str=True)
-    name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', or your TextEnv class.")
+    name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', 'shop', 'tables', or your TextEnv class.")
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

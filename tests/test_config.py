@@ -169,7 +169,7 @@ def test_unknown_env_name_passes_config_but_is_rejected_by_the_trainer():
     from selfevolve.train.trainer import resolve_env
 
     cfg = load_config(overrides=["env.name=chess"])
-    with pytest.raises(ConfigError, match=r"unknown env 'chess'; allowed: frozenlake, sokoban"):
+    with pytest.raises(ConfigError, match=r"unknown env 'chess'; allowed: frozenlake, shop, sokoban, tables"):
         resolve_env(cfg, None)
 
 

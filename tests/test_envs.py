@@ -331,7 +331,7 @@ def test_sokoban_examples():
 
 # ---------------------------------------------------------------------------------------------- registry
 def test_make_env():
-    assert set(ENVS) == {"frozenlake", "sokoban"}
+    assert set(ENVS) == {"frozenlake", "sokoban", "shop", "tables"}
     env = make_env("frozenlake", size=5, slippery=True)
     assert isinstance(env, FrozenLakeEnv) and env.size == 5 and env.slippery
     env = make_env("sokoban", dim_room=[7, 7], num_boxes=2)
@@ -346,7 +346,7 @@ def test_make_env():
 
 
 def test_make_env_errors():
-    with pytest.raises(ConfigError, match=r"unknown env 'lake'; allowed: frozenlake, sokoban"):
+    with pytest.raises(ConfigError, match=r"unknown env 'lake'; allowed: frozenlake, shop, sokoban, tables"):
         make_env("lake")
     with pytest.raises(ConfigError) as e:
         make_env("frozenlake", sizee=4)

@@ -10,9 +10,15 @@ from selfevolve.envs.frozenlake import FrozenLakeEnv
 from selfevolve.envs.sokoban import SokobanEnv, solve
 from selfevolve.errors import ConfigError, unknown_name
 
-ENVS: dict[str, type[TextEnv]] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv}
+# The tool worlds subclass TextEnv from envs.base, which is loaded above: importing them here is safe (and
+# selfevolve.worlds imports this package first, so the cycle resolves the same way from either side).
+from selfevolve.worlds.shop import ShopEnv  # noqa: E402
+from selfevolve.worlds.tables import TablesEnv  # noqa: E402
 
-__all__ = ["ENVS", "FrozenLakeEnv", "SokobanEnv", "StepResult", "TextEnv", "env_options", "make_env", "solve"]
+ENVS: dict[str, type[TextEnv]] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv, "shop": ShopEnv,
+                                  "tables": TablesEnv}
+
+__all__ = ["ENVS", "FrozenLakeEnv", "ShopEnv", "SokobanEnv", "TablesEnv", "StepResult", "TextEnv", "env_options", "make_env", "solve"]
 
 
 def _params(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:

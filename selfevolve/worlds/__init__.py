@@ -9,6 +9,7 @@
 - :mod:`~selfevolve.worlds.profile`: environment profiles (``SHOP_PROFILE``, ``TABLES_PROFILE``) as data.
 """
 
+import selfevolve.envs  # noqa: F401  (first: it registers the worlds, see the import cycle note there)
 from selfevolve.worlds.base import Task, ToolWorld, answers_match, load_tasks, save_tasks
 from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 from selfevolve.worlds.shop import SHOP_PROFILE, ShopEnv
