@@ -182,6 +182,12 @@ class EvalConfig(_Section):
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
     at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
                            "starts several runs from one already-evaluated adapter).")
+    env: dict[str, Any] | None = Field(
+        None,
+        description="Environment options for evaluation only, merged onto env.<option> (e.g. eval.env.split=test). "
+        "null: automatic, split=test for environments that have a split (the tool worlds), else the training "
+        "options. {} evaluates with exactly the training options.",
+    )
 
 
 class Config(_Section):
@@ -206,6 +212,11 @@ class Config(_Section):
                     raise ValueError(
                         f"env.{key}: not an option of env {self.env.name!r}; allowed: "
                         f"{', '.join(['name', *allowed])}"
+                    )
+            for key in self.eval.env or {}:
+                if key not in allowed:  # the environment is fixed by env.name: only its options may change
+                    raise ValueError(
+                        f"eval.env.{key}: not an option of env {self.env.name!r}; allowed: {', '.join(allowed)}"
                     )
         return self
 

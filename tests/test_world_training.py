@@ -48,3 +48,59 @@ def test_one_training_step_end_to_end(tmp_path, world):
     assert len(lines) == 2  # tasks_per_step x group_size
     step = json.loads(lines[0])["steps"][0]
     assert step["info"]["intent"] and step["info"]["task_id"].startswith(world)
+    record = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
+    intents = {json.loads(line)["steps"][-1]["info"]["intent"] for line in lines}
+    assert {k for k in record if k.startswith("success/intent/")} == {f"success/intent/{i}" for i in intents}
+    assert any(k.startswith("eval/success/intent/") for k in record)
+
+
+# ---- evaluation on the held-out split ------------------------------------------------------------------------
+def test_eval_env_options_default_to_the_test_split_for_worlds_only():
+    from selfevolve.envs import FrozenLakeEnv
+    from selfevolve.train.evaluate import eval_env_options
+
+    assert eval_env_options(ShopEnv, {"level": 2}, None) == {"level": 2, "split": "test"}
+    assert eval_env_options(ShopEnv, {"split": "train"}, {}) == {"split": "train"}  # {}: exactly training's
+    assert eval_env_options(TablesEnv, {"level": 1}, {"split": "all", "level": 2}) == {"split": "all", "level": 2}
+    assert eval_env_options(FrozenLakeEnv, {"size": 3}, None) == {"size": 3}  # seeds are its held-out tasks
+
+
+def test_eval_env_is_validated_like_env_options():
+    cfg = load_config(overrides=["env.name=shop", "eval.env.split=all", "eval.env.level=1"])
+    assert cfg.eval.env == {"split": "all", "level": 1}
+    with pytest.raises(ConfigError, match=r"eval\.env\.sizee: not an option of env 'shop'; allowed: split, level"):
+        load_config(overrides=["env.name=shop", "eval.env.sizee=1"])
+    assert load_config(overrides=["eval.env.size=5"]).eval.env == {"size": 5}  # frozenlake's own option
+
+
+def test_trainer_evaluates_on_the_test_split_with_per_intent_success(tmp_path):
+    from selfevolve.train.evaluate import eval_env_options, greedy_rollouts
+
+    cfg = load_config(overrides=[*FAST, "env.name=tables", "train.steps=0", f"train.out_dir={tmp_path}",
+                                 "eval.episodes=3"])
+    trainer = Trainer(cfg)
+    final = trainer.train()
+    options = eval_env_options(TablesEnv, cfg.env.options(), cfg.eval.env)
+    tasks, trajs = greedy_rollouts(trainer.policy, TablesEnv, options, trainer.builder, episodes=3,
+                                   seed_offset=cfg.eval.seed_offset)
+    test_tasks = TablesEnv(split="test").tasks
+    expected = [test_tasks[(10**6 + i) % len(test_tasks)] for i in range(3)]  # seed -> task of the split
+    assert [t.steps[0].info["task_id"] for t in trajs] == [t.id for t in expected]
+    assert all(t.split == "test" for t in expected)
+    keys = {k for k in final if k.startswith("eval/success/intent/")}
+    assert keys == {f"eval/success/intent/{t.intent}" for t in expected}
+
+
+# ---- per-intent metrics --------------------------------------------------------------------------------------
+def test_rollout_metrics_per_intent():
+    from selfevolve.train.metrics import rollout_metrics
+    from selfevolve.types import Step, Task, Trajectory
+
+    def traj(intent, success):
+        info = {"intent": intent} if intent else {}
+        return Trajectory(Task("t", "e", 0), [Step([1], [2], [0.0], info=info)], success=success)
+
+    m = rollout_metrics([traj("refund", True), traj("refund", False), traj("count_rows", True), traj(None, True)])
+    assert m["success/intent/refund"] == 0.5 and m["success/intent/count_rows"] == 1.0
+    assert [k for k in m if "intent" in k] == ["success/intent/count_rows", "success/intent/refund"]
+    assert m["success/rate"] == 0.75

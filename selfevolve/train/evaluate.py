@@ -1,12 +1,36 @@
-"""Evaluation on held-out seeds: greedy success rate, and pass@k from k sampled rollouts per task."""
+"""Evaluation on held-out tasks: greedy success rate (overall and per intent), and pass@k from k sampled
+rollouts per task.
+
+Held-out means two things. Seeds start at ``eval.seed_offset`` and are never trained on (for the games a seed
+*is* the task). Worlds with a fixed task list and a ``split`` option (the tool worlds) map every seed onto a
+task of their split, so there held-out means the ``test`` split: :func:`eval_env_options` switches to it
+unless ``eval.env`` says otherwise.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from selfevolve.envs import make_env
+from selfevolve.envs import env_options, make_env
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
+from selfevolve.train.metrics import intent_success
+
+
+def eval_env_options(env_cls, train_options: dict, eval_env: dict | None) -> dict:
+    """The environment options of evaluation: ``eval_env`` (``cfg.eval.env``) merged onto the training
+    options; ``None`` means ``{"split": "test"}`` for an environment with a ``split`` option, else nothing."""
+    if eval_env is None:
+        eval_env = {"split": "test"} if "split" in env_options(env_cls) else {}
+    return {**train_options, **eval_env}
+
+
+def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: int, seed_offset: int):
+    """The held-out tasks and their greedy episodes (what :func:`evaluate` scores)."""
+    name = getattr(env_cls, "name", env_cls.__name__)
+    tasks = eval_tasks(name, episodes, seed_offset)
+    envs = [make_env(env_cls, **env_options) for _ in tasks]
+    return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
 
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
@@ -15,14 +39,12 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
-    name = getattr(env_cls, "name", env_cls.__name__)
-    tasks = eval_tasks(name, episodes, seed_offset)
-    envs = [make_env(env_cls, **env_options) for _ in tasks]
-    trajs = rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
+    tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset)
     out = {
         "eval/success": sum(t.success for t in trajs) / len(trajs),
         "eval/reward": sum(t.reward for t in trajs) / len(trajs),
         "eval/valid": sum(s.valid for t in trajs for s in t.steps) / max(1, sum(len(t.steps) for t in trajs)),
+        **intent_success(trajs, "eval/success/intent/"),
     }
     if pass_k > 0:
         rep = [t for t in tasks for _ in range(pass_k)]

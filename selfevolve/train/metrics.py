@@ -4,6 +4,11 @@ Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval
 ``loss/policy``, ``kl``, ``clip_frac``, ``entropy``, ``grad_norm``, ``time/rollout``, ``time/update``,
 ``tokens_per_s``. ``entropy`` is the policy's mean entropy (at ``agent.temperature``) over the generated
 tokens, measured during the update.
+
+Per intent: environments that put ``info["intent"]`` in their steps (the tool worlds: ``cancel_order``,
+``count_rows``, ...) also get ``success/intent/<intent>`` (training rollouts) and
+``eval/success/intent/<intent>`` (evaluation): the success rate of the episodes of that intent in the batch.
+An intent with no episode in a batch has no value at that step (it is left out, not logged as 0).
 """
 
 from __future__ import annotations
@@ -22,7 +27,18 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "success/rate": sum(t.success for t in trajs) / n,
         "valid/rate": sum(s.valid for s in steps) / max(len(steps), 1),
         "turns/mean": len(steps) / n,
+        **intent_success(trajs, "success/intent/"),
     }
+
+
+def intent_success(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
+    """``{prefix + intent: success rate}`` over the episodes whose last step's info names an intent, sorted."""
+    by_intent: dict[str, list[bool]] = {}
+    for t in trajs:
+        intent = t.steps[-1].info.get("intent") if t.steps else None
+        if intent:
+            by_intent.setdefault(str(intent), []).append(bool(t.success))
+    return {f"{prefix}{k}": sum(v) / len(v) for k, v in sorted(by_intent.items())}
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:

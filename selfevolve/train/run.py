@@ -11,7 +11,7 @@ from selfevolve.envs import make_env
 from selfevolve.errors import ConfigError
 from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint
 from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
-from selfevolve.train.evaluate import evaluate
+from selfevolve.train.evaluate import eval_env_options, evaluate
 
 
 def load_run(path: str | Path, overrides: list[str] | None = None):
@@ -37,6 +37,7 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, en
     env_cls = resolve_env(cfg, env)
     options = cfg.env.options()
     builder = build_prompt(cfg, policy, make_env(env_cls, **options))
-    res = evaluate(policy, env_cls, options, builder, episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
+    res = evaluate(policy, env_cls, eval_env_options(env_cls, options, cfg.eval.env), builder,
+                   episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
                    seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed)
     return {"checkpoint_step": state["step"], "episodes": cfg.eval.episodes, **res}

@@ -42,7 +42,7 @@ from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
-from selfevolve.train.evaluate import evaluate
+from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.samples import build_rows
 from selfevolve.train.update import compute_values, ppo_update
@@ -105,6 +105,7 @@ class Trainer:
         self.console = console or Console(stderr=True)
         self.env_options = cfg.env.options()
         self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
+        make_env(self.env_cls, **eval_env_options(self.env_cls, self.env_options, cfg.eval.env))  # and eval's
         self.out_dir = Path(cfg.train.out_dir)
         self._check_out_dir()  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
@@ -264,7 +265,7 @@ class Trainer:
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None) -> dict[str, float]:
         e = self.cfg.eval
         return evaluate(
-            self.policy, self.env_cls, self.env_options, self.builder,
+            self.policy, self.env_cls, eval_env_options(self.env_cls, self.env_options, e.env), self.builder,
             episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
             seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
         )
