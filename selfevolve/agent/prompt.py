@@ -13,6 +13,15 @@ built *incrementally*: the previous prompt, then the exact ids the model generat
 for the new observation. The model's own reply is never re-tokenised (re-tokenising can split the same text
 differently), and every prompt extends the previous one, which lets the trainer pack a whole episode into a
 single training row. Templates where this does not hold fall back to re-rendering the chat.
+
+Function calling (the tool worlds): an environment with ``tools`` (JSON schemas) has its calls written as JSON
+inside ``<tool_call>...</tool_call>``. When the model's chat template renders tools itself (Qwen, Hermes: it
+uses the ``tools`` argument of ``apply_chat_template``), the schemas go through it and the system prompt is the
+env's ``tool_instructions`` (the same rules without the listing); otherwise the env's ``instructions``, which
+list the schemas as text in ``<tools>``, are the system prompt. Tool results come back as ``tool`` messages
+when the template knows that role, else as user messages (the request that opens an episode is always a user
+message). SmolLM2's template knows neither: it ignores ``tools`` and prints any role name verbatim, so for it
+the schemas stay in the system prompt and results are user turns (``tests/test_prompt_tools.py``).
 """
 
 from __future__ import annotations
@@ -32,28 +41,52 @@ class PromptBuilder:
     history: int | None = None
     few_shot: bool = True
     think: bool = False
+    tools: list[dict] | None = None  # function-calling schemas of a tool world, else None
+    tool_instructions: str = ""  # the system prompt when the template renders ``tools`` itself
 
-    def messages(self, observations: list[str], actions: list[str], instruction: str = "") -> list[dict]:
-        """Chat messages for the turn after ``actions`` (``len(observations) == len(actions) + 1``)."""
-        assert len(observations) == len(actions) + 1, "one more observation than actions"
-        system = self.instructions
+    def __post_init__(self):
+        self.template_tools = bool(self.tools) and template_renders_tools(self.tokenizer)
+        self.observation_role = "tool" if self.tools and template_has_tool_role(self.tokenizer) else "user"
+
+    def system_prompt(self, instruction: str = "") -> str:
+        system = self.tool_instructions if self.template_tools and self.tool_instructions else self.instructions
         if self.think:
             system = f"{system}\n{THINK_FORMAT}"
         if instruction:
             system = f"{system}\n{instruction}"
-        msgs = [{"role": "system", "content": system}]
+        return system
+
+    def header(self, instruction: str = "") -> list[dict]:
+        """The messages before the episode: the system prompt and the few-shot turns."""
+        msgs = [{"role": "system", "content": self.system_prompt(instruction)}]
         if self.few_shot:
-            for obs, act in self.examples:
+            for k, (obs, act) in enumerate(self.examples):
                 shown = f"<think>Let me look at the board.</think><answer>{act}</answer>" if self.think else act
-                msgs += [{"role": "user", "content": obs}, {"role": "assistant", "content": shown}]
+                msgs += [self.observation_message(obs, first=k == 0), {"role": "assistant", "content": shown}]
+        return msgs
+
+    def observation_message(self, observation: str, first: bool) -> dict:
+        """An observation as a chat message: the first one (the task) from the user, later ones in
+        ``observation_role`` (``tool`` for tool results when the template has that role)."""
+        return {"role": "user" if first else self.observation_role, "content": observation}
+
+    def render(self, messages: list[dict]) -> list[int]:
+        """Ids of ``messages`` in the chat template (with the tool schemas when it renders them)."""
+        return render_chat(self.tokenizer, messages, self.tools if self.template_tools else None)
+
+    def messages(self, observations: list[str], actions: list[str], instruction: str = "") -> list[dict]:
+        """Chat messages for the turn after ``actions`` (``len(observations) == len(actions) + 1``)."""
+        assert len(observations) == len(actions) + 1, "one more observation than actions"
+        msgs = self.header(instruction)
         first = 0 if self.history is None else max(0, len(actions) - self.history)
         for t in range(first, len(actions)):
-            msgs += [{"role": "user", "content": observations[t]}, {"role": "assistant", "content": actions[t]}]
-        msgs.append({"role": "user", "content": observations[-1]})
+            msgs += [self.observation_message(observations[t], first=t == 0),
+                     {"role": "assistant", "content": actions[t]}]
+        msgs.append(self.observation_message(observations[-1], first=len(actions) == 0))
         return msgs
 
     def prompt_ids(self, observations: list[str], actions: list[str], instruction: str = "") -> list[int]:
-        return render_chat(self.tokenizer, self.messages(observations, actions, instruction))
+        return self.render(self.messages(observations, actions, instruction))
 
     def next_prompt_ids(
         self,
@@ -66,13 +99,21 @@ class PromptBuilder:
         """The prompt after the model answered ``action_ids`` to ``prev_prompt`` and the world showed
         ``observations[-1]``. Incremental (exact ids) for the full history, re-rendered for a window."""
         if self.history is None:
-            delta = self._observation_delta(observations[-1])
-            if delta is not None:
-                # A reply cut by the token budget never closed its turn: close it (as prompt, not loss).
-                closed = bool(action_ids) and action_ids[-1] in end_of_turn_ids(self.tokenizer)
-                closing = [] if closed else [self.eot_id()]
-                return list(prev_prompt) + list(action_ids) + closing + delta
+            extended = self.extend(prev_prompt, action_ids, observations[-1])
+            if extended is not None:
+                return extended
         return self.prompt_ids(observations, actions, instruction)
+
+    def extend(self, prev_prompt: list[int], action_ids: list[int], observation: str) -> list[int] | None:
+        """``prev_prompt`` + the exact reply ids + the template's ids of a new (non-first) observation; None
+        when the template does not simply append a turn (then the chat must be re-rendered)."""
+        delta = self._observation_delta(observation)
+        if delta is None:
+            return None
+        # A reply cut by the token budget never closed its turn: close it (as prompt, not loss).
+        closed = bool(action_ids) and action_ids[-1] in end_of_turn_ids(self.tokenizer)
+        closing = [] if closed else [self.eot_id()]
+        return list(prev_prompt) + list(action_ids) + closing + delta
 
     def eot_id(self) -> int:
         """The id that closes a chat turn (``<|im_end|>`` in ChatML, else the eos token)."""
@@ -87,9 +128,10 @@ class PromptBuilder:
         tok = self.tokenizer
         base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
                 {"role": "assistant", "content": "a"}]
-        a = tok.apply_chat_template(base, tokenize=False)
-        b = tok.apply_chat_template(base + [{"role": "user", "content": observation}], tokenize=False,
-                                    add_generation_prompt=True)
+        tools = self.tools if self.template_tools else None
+        a = tok.apply_chat_template(base, tools=tools, tokenize=False)
+        b = tok.apply_chat_template(base + [self.observation_message(observation, first=False)], tools=tools,
+                                    tokenize=False, add_generation_prompt=True)
         eot = tok.convert_ids_to_tokens(self.eot_id())
         i = a.rfind(eot)
         if not b.startswith(a) or i < 0:
@@ -109,9 +151,33 @@ def _im_end_id(tokenizer) -> int | None:
     return im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else None
 
 
-def render_chat(tokenizer, messages: list[dict]) -> list[int]:
+_PROBE_TOOL = {"type": "function", "function": {"name": "selfevolve_probe_tool", "description": "probe",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_renders_tools(tokenizer) -> bool:
+    """Whether the chat template shows the ``tools`` passed to ``apply_chat_template`` (found by rendering a
+    probe schema: templates without tool support ignore the argument)."""
+    try:
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        text = tokenizer.apply_chat_template(probe, tools=[_PROBE_TOOL], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that fails on tools does not support them
+        return False
+    return "selfevolve_probe_tool" in text
+
+
+def template_has_tool_role(tokenizer) -> bool:
+    """Whether the chat template treats ``tool`` messages specially. Generic templates (SmolLM2's) print any
+    role name verbatim, so rendering cannot tell; the template source naming the role can."""
+    source = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(source, dict):
+        source = " ".join(source.values())
+    return "'tool'" in source or '"tool"' in source
+
+
+def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     """Token ids of ``messages`` in the model's chat template, ending with the assistant's turn opening."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    out = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
     if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]
     return list(out)

@@ -36,7 +36,9 @@ class TextEnv(ABC):
     - ``instructions``: the rules and the answer format, shown in the system prompt;
     - ``examples``: few-shot example turns ``[(observation, action), ...]`` shown before the real episode — small
       models need them to produce valid actions at all;
-    - ``max_turns``: the default turn limit of an episode (the rollout stops it there).
+    - ``max_turns``: the default turn limit of an episode (the rollout stops it there);
+    - ``tools`` / ``tool_instructions``: optional function-calling schemas and the rules without their text
+      listing, for chat templates that render tools themselves.
 
     Subclasses implement :meth:`reset` and :meth:`step`. The defaults of :meth:`snapshot`/:meth:`restore`
     deep-copy ``self.__dict__``, which is exact for any environment whose state lives in plain Python objects.
@@ -46,6 +48,10 @@ class TextEnv(ABC):
     instructions: ClassVar[str] = ""
     examples: ClassVar[list[tuple[str, str]]] = []
     max_turns: int = 10
+    # Function calling (tool worlds): the tools' JSON schemas, and the system prompt to use instead of
+    # ``instructions`` when the model's chat template renders the schemas itself (see agent/prompt.py).
+    tools: ClassVar[list[dict[str, Any]] | None] = None
+    tool_instructions: ClassVar[str] = ""
 
     @abstractmethod
     def reset(self, seed: int) -> str:

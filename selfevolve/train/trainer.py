@@ -91,6 +91,8 @@ def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
         history=cfg.agent.history,
         few_shot=cfg.agent.few_shot,
         think=cfg.agent.think,
+        tools=getattr(env, "tools", None),
+        tool_instructions=getattr(env, "tool_instructions", ""),
     )
 
 

@@ -113,14 +113,15 @@ def _is_number(text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- prompts
-def tool_prompt(intro: str, toolset: ToolSet, example: str) -> str:
+def tool_prompt(intro: str, toolset: ToolSet, example: str, listing: bool = True) -> str:
     """A tool world's system prompt: ``intro`` (the world and its rules), the call format shown on ``example``
     (a call as the model should write it) and the tools' schemas in ``<tools>``, one per line, as Qwen /
-    Hermes chat templates list them."""
-    return (f"{intro.rstrip()}\n"
+    Hermes chat templates list them. ``listing=False`` leaves the schemas out (``tool_instructions``: for chat
+    templates that render them from the ``tools`` argument)."""
+    text = (f"{intro.rstrip()}\n"
             f"Call exactly one tool per reply, as JSON inside tags:\n{example}\n"
-            "The tool's result comes back as the next message.\n"
-            f"Tools:\n<tools>\n{toolset.prompt_text()}\n</tools>")
+            "The tool's result comes back as the next message.")
+    return f"{text}\nTools:\n<tools>\n{toolset.prompt_text()}\n</tools>" if listing else text
 
 
 # ---------------------------------------------------------------------------------------------- the world
@@ -166,6 +167,7 @@ class ToolWorld(TextEnv):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.toolset = ToolSet.from_class(cls)
+        cls.tools = cls.toolset.schemas()  # function calling through the chat template (agent/prompt.py)
 
     def __init__(self, split: str = "train", level: int | None = None, max_turns: int = 10,
                  invalid_penalty: float = 0.1, tool_error_penalty: float = 0.0):

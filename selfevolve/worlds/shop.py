@@ -31,7 +31,7 @@ RULES = (
     "Refunds and extra charges go to the order's own payment method.",
 )
 
-def _instructions(toolset: ToolSet) -> str:
+def _instructions(toolset: ToolSet, listing: bool = True) -> str:
     rules = "\n".join(f"- {r}" for r in RULES)
     intro = (
         "You are a customer-service agent of an online shop. Solve the customer's request with the tools below.\n"
@@ -40,7 +40,7 @@ def _instructions(toolset: ToolSet) -> str:
         "just the requested value if the customer asked a question (e.g. \"delivered\" or \"42.5\"), otherwise "
         "a short confirmation."
     )
-    return tool_prompt(intro, toolset, format_tool_call("get_order", {"order_id": "W1234"}))
+    return tool_prompt(intro, toolset, format_tool_call("get_order", {"order_id": "W1234"}), listing)
 
 
 class ShopEnv(ShopTools, ToolWorld):
@@ -114,6 +114,7 @@ class ShopEnv(ShopTools, ToolWorld):
 
 
 ShopEnv.instructions = _instructions(ShopEnv.toolset)
+ShopEnv.tool_instructions = _instructions(ShopEnv.toolset, listing=False)
 
 
 def _examples() -> list[tuple[str, str]]:

@@ -252,7 +252,7 @@ def _aggregate(function: str, column: str | None, rows: list[dict[str, Any]]) ->
 
 
 # ---------------------------------------------------------------------------------------------- the env
-def _instructions(toolset: ToolSet) -> str:
+def _instructions(toolset: ToolSet, listing: bool = True) -> str:
     intro = (
         "You answer questions about the tables flights, employees and airports using the tools below. "
         "load_table picks a table; filter_rows narrows its rows (filters add up until you load a table again); "
@@ -261,7 +261,7 @@ def _instructions(toolset: ToolSet) -> str:
         "When you know the answer, call finish with just the answer: a number (rounded to 2 decimals unless the "
         "question says otherwise; no units) or a name exactly as it appears in the table."
     )
-    return tool_prompt(intro, toolset, format_tool_call("load_table", {"table": "flights"}))
+    return tool_prompt(intro, toolset, format_tool_call("load_table", {"table": "flights"}), listing)
 
 
 class TablesEnv(TablesTools, ToolWorld):
@@ -316,6 +316,7 @@ class TablesEnv(TablesTools, ToolWorld):
 
 
 TablesEnv.instructions = _instructions(TablesEnv.toolset)
+TablesEnv.tool_instructions = _instructions(TablesEnv.toolset, listing=False)
 
 
 def _examples() -> list[tuple[str, str]]:
