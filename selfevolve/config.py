@@ -70,10 +70,32 @@ class AgentConfig(_Section):
         description="Past turns kept in the prompt (bounded history); null keeps all (append-only chat: "
         "exact reply ids, cache reuse across turns, one training row per episode).",
     )
+    context: Literal["causal", "reasoning", "sliding_window", "self_managed"] = Field(
+        "causal",
+        description="Context template (docs/context.md): causal (append-only), reasoning (think, earlier <think> "
+        "blocks stripped), sliding_window (over agent.context_budget: the first messages, the last "
+        "agent.context_window turns and a note), self_managed (over budget, the model drops/compresses earlier "
+        "messages in an extra call; malformed answers fall back to the sliding window).",
+    )
+    context_budget: int = Field(2048, ge=1, description="Prompt tokens above which sliding_window and "
+                                "self_managed shorten the context.")
+    context_window: int = Field(4, ge=1, description="Turns (a reply and its observation) the sliding window keeps.")
+    context_call_tokens: int = Field(64, ge=1, description="Token budget of self_managed's context call.")
     few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
     think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
     max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+
+
+    @model_validator(mode="after")
+    def _history_is_causal(self):
+        if self.history is not None and self.context != "causal":
+            raise ValueError(
+                f"agent.history={self.history} applies to agent.context=causal only (a fixed window of the last "
+                f"turns, no note); with agent.context={self.context} leave it null (sliding_window keeps "
+                f"agent.context_window turns)"
+            )
+        return self
 
 
 class GigpoConfig(_Section):

@@ -48,6 +48,9 @@ class Step:
     valid: bool = True
     state_key: str = ""  # the environment state the action was taken in (GiGPO anchors)
     info: dict[str, Any] = field(default_factory=dict)
+    # Other model calls made to build this step's prompt (agent.context=self_managed's context call), each
+    # {"purpose", "prompt_ids", "action_ids", "logprobs", "text", ...}: recorded exactly, never trained on.
+    calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -74,5 +77,8 @@ class Trajectory:
         turn of a full-history chat: not worth copying for a readable log)."""
         token_fields = () if with_ids else ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2")
         steps = [{f.name: getattr(s, f.name) for f in fields(s) if f.name not in token_fields} for s in self.steps]
+        if not with_ids:
+            for step in steps:
+                step["calls"] = [{k: v for k, v in c.items() if k not in token_fields} for c in step["calls"]]
         return {"task": asdict(self.task), "steps": steps, "group_id": self.group_id, "success": self.success,
                 "flags": dict(self.flags), "reward": self.reward}

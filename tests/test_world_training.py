@@ -104,3 +104,17 @@ def test_rollout_metrics_per_intent():
     assert m["success/intent/refund"] == 0.5 and m["success/intent/count_rows"] == 1.0
     assert [k for k in m if "intent" in k] == ["success/intent/count_rows", "success/intent/refund"]
     assert m["success/rate"] == 0.75
+
+
+def test_self_managed_context_through_the_trainer(tmp_path):
+    """A random model's context calls are malformed: every one falls back to the sliding window, none
+    crashes, and each is logged with its step."""
+    cfg = load_config(overrides=[*FAST, "env.name=tables", "train.steps=1", f"train.out_dir={tmp_path}",
+                                 "agent.context=self_managed", "agent.context_budget=64",
+                                 "agent.context_window=1", "agent.context_call_tokens=4"])
+    Trainer(cfg).train()
+    steps = [s for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()
+             for s in json.loads(line)["steps"]]
+    calls = [c for s in steps[1:] for c in s["calls"]]
+    assert calls and all(c["purpose"] == "context" and "prompt_ids" not in c for c in calls)
+    assert all(c["fallback"] for c in calls if c["decision"] is None)

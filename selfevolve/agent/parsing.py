@@ -21,3 +21,9 @@ def parse_action(text: str) -> str:
     if re.search(r"</?(think|answer)>", _THINK.sub("", text), re.IGNORECASE):
         return ""  # an unclosed tag: malformed
     return _THINK.sub("", text).strip()
+
+
+def strip_think(text: str) -> str:
+    """The reply without its closed ``<think>...</think>`` blocks (the reasoning context shows earlier replies
+    this way)."""
+    return _THINK.sub("", text).strip()

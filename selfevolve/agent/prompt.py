@@ -26,7 +26,9 @@ the schemas stay in the system prompt and results are user turns (``tests/test_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from selfevolve.agent.context import ContextSpec
 
 THINK_FORMAT = (
     "First think briefly inside <think> </think>, then give your action inside <answer> </answer>."
@@ -43,6 +45,7 @@ class PromptBuilder:
     think: bool = False
     tools: list[dict] | None = None  # function-calling schemas of a tool world, else None
     tool_instructions: str = ""  # the system prompt when the template renders ``tools`` itself
+    context: ContextSpec = field(default_factory=ContextSpec)  # agent.context: see agent/context.py
 
     def __post_init__(self):
         self.template_tools = bool(self.tools) and template_renders_tools(self.tokenizer)

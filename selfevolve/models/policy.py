@@ -75,8 +75,10 @@ class Policy:
         greedy: bool = False,
         generator: torch.Generator | None = None,
         state: KVState | None = None,
+        max_new_tokens: int | None = None,
     ) -> Generation:
-        """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional)."""
+        """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional);
+        ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call)."""
         was_training = self.model.training
         self.model.eval()
         try:
@@ -88,7 +90,7 @@ class Policy:
             return generate(
                 self.model,
                 prompts,
-                max_new_tokens=self.max_new_tokens,
+                max_new_tokens=max_new_tokens or self.max_new_tokens,
                 stop_ids=self.stop_ids,
                 pad_id=self.pad_id,
                 temperature=self.temperature,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.parsing import parse_action
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
@@ -53,15 +54,14 @@ def rollout(
     assert len(envs) == len(tasks)
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
-    observations = [[env.reset(task.seed)] for env, task in zip(envs, tasks)]
-    replies: list[list[str]] = [[] for _ in tasks]
-    prompt_of = [builder.prompt_ids(observations[i], [], t.instruction) for i, t in enumerate(tasks)]
+    contexts = [EpisodeContext(builder, task.instruction, env.reset(task.seed)) for env, task in zip(envs, tasks)]
     active = list(range(len(tasks)))
     kv = None  # the caches of the active rows, carried from turn to turn
     for turn in range(max_turns):
         if not active:
             break
-        prompts = [prompt_of[i] for i in active]
+        _context_calls(policy, [contexts[i] for i in active if contexts[i].pending], greedy, generator, stats)
+        prompts = [contexts[i].prompt for i in active]
         gen = policy.generate(prompts, greedy=greedy, generator=generator, state=kv)
         if stats is not None:
             stats.prompt_tokens += gen.prompt_tokens
@@ -93,16 +93,13 @@ def rollout(
                     valid=bool(info.get("valid_action", True)),
                     state_key=str(key),
                     info={k2: v for k2, v in info.items() if _jsonable(v)} | {"truncated": truncated},
+                    calls=contexts[i].take_calls(),
                 )
             )
             trajs[i].success = bool(info.get("success", False))
-            observations[i].append(obs)
-            replies[i].append(text)
             if not done:
                 still.append(i)
-                prompt_of[i] = builder.next_prompt_ids(
-                    prompts[k], gen.ids[k], observations[i], replies[i], tasks[i].instruction
-                )
+                contexts[i].advance(gen.ids[k], text, obs)
         if still and gen.state is not None and reuse_cache:
             keep = set(still)
             kv = gen.state.select([k for k, i in enumerate(active) if i in keep])
@@ -110,6 +107,22 @@ def rollout(
     if stats is not None:
         stats.seconds += time.perf_counter() - t0
     return trajs
+
+
+def _context_calls(policy, due: list[EpisodeContext], greedy, generator, stats) -> None:
+    """One batched model call for the episodes whose self-managed context is over budget (see
+    agent/context.py); each answer is applied, and the call recorded for the next step."""
+    if not due:
+        return
+    prompts = [c.call_prompt() for c in due]
+    gen = policy.generate(prompts, greedy=greedy, generator=generator, max_new_tokens=due[0].spec.call_tokens)
+    if stats is not None:
+        stats.prompt_tokens += gen.prompt_tokens
+        stats.new_tokens += gen.new_tokens
+        stats.generate_calls += 1
+    for k, c in enumerate(due):
+        c.resolve(policy.decode(gen.ids[k]), {"prompt_ids": prompts[k], "action_ids": gen.ids[k],
+                                              "logprobs": gen.logprobs[k]})
 
 
 _warned: set[str] = set()

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from selfevolve.agent.context import ContextSpec
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import Config, save_config
 from selfevolve.envs import ENVS, env_options, make_env
@@ -90,9 +91,11 @@ def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
         examples=list(env.examples),
         history=cfg.agent.history,
         few_shot=cfg.agent.few_shot,
-        think=cfg.agent.think,
+        think=cfg.agent.think or cfg.agent.context == "reasoning",  # reasoning: think before acting
         tools=getattr(env, "tools", None),
         tool_instructions=getattr(env, "tool_instructions", ""),
+        context=ContextSpec(cfg.agent.context, cfg.agent.context_budget, cfg.agent.context_window,
+                            cfg.agent.context_call_tokens),
     )
 
 

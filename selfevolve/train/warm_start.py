@@ -7,14 +7,15 @@ likelihood on expert episodes — the environment's ``expert_action()``, e.g. a 
 teach the format and a sensible prior; RL then improves on that with the environment's own reward. RAGEN
 reports the same effect on Sokoban (SFT on BFS solutions beat RL from scratch).
 
-The expert's episodes are laid out exactly like the model's: the same prompt builder, the same incremental
-full-history chat. The expert's reply is its action text tokenised once, plus the end-of-turn id — the only
+The expert's episodes are laid out exactly like the model's: the same prompt builder and context template
+(``agent.context``; a self-managed context over budget slides, as the expert makes no context call). The expert's reply is its action text tokenised once, plus the end-of-turn id — the only
 place where text becomes training ids, because there is no model output to reuse (an expert is not a model).
 Training tasks come from the same seed stream as RL (never from the held-out evaluation seeds).
 """
 
 from __future__ import annotations
 
+from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.envs import make_env
 from selfevolve.types import Step, Task, Trajectory
@@ -27,8 +28,7 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
     trajs = []
     for task in tasks:
         env = make_env(env_cls, **options)
-        observations, replies = [env.reset(task.seed)], []
-        prompt = builder.prompt_ids(observations, [], task.instruction)
+        ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
         traj = Trajectory(task=task, group_id=task.id)
         for _ in range(env.max_turns):
             action = env.expert_action()
@@ -37,15 +37,15 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
             ids = list(tokenizer.encode(action, add_special_tokens=False)) + [eot]
             key = env.state_key()
             obs, reward, done, info = env.step(action)
-            traj.steps.append(Step(prompt_ids=prompt, action_ids=ids, logprobs=[0.0] * len(ids), action_text=action,
+            traj.steps.append(Step(prompt_ids=ctx.prompt, action_ids=ids, logprobs=[0.0] * len(ids), action_text=action,
                                    observation=obs, reward=float(reward), done=bool(done), valid=True,
                                    state_key=str(key)))
             traj.success = bool(info.get("success", False))
             if done:
                 break
-            observations.append(obs)
-            replies.append(action)
-            prompt = builder.next_prompt_ids(prompt, ids, observations, replies, task.instruction)
+            ctx.advance(ids, action, obs)
+            if ctx.pending:  # an expert has no context call to make: the sliding window stands in
+                ctx.resolve(None, {})
         assert not traj.steps or traj.steps[-1].action_ids[-1] in stops
         trajs.append(traj)
     return trajs
