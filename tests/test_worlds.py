@@ -473,8 +473,8 @@ def test_shop_reset_splits_and_levels():
         for level in (1, 2, 3):
             env = ShopEnv(split=split, level=level)
             assert env.tasks == [t for t in tasks if t.split == split and t.level == level]
-            assert env.reset(3) == env.tasks[3].instruction == env.reset(3 + len(env.tasks))
-            assert env.reset(1_000_000) == env.tasks[1_000_000 % len(env.tasks)].instruction  # eval seeds
+            assert env.reset(3) == env.task_for(3).instruction == env.reset(3 + len(env.tasks))
+            assert env.reset(1_000_000) == env.task_for(1_000_000).instruction  # eval seeds
     assert len(ShopEnv(split="all").tasks) == 432
     assert len(ShopEnv().tasks) == 324 and len(ShopEnv(split="test").tasks) == 108
     for bad in [{"split": "dev"}, {"level": 4}, {"max_turns": 0}, {"db_seed": -1}, {"invalid_penalty": "x"}]:
@@ -789,3 +789,13 @@ def test_docs_adding_tasks_example_runs(tmp_path, monkeypatch):
     env = ShopEnv(tasks_file=str(tmp_path / "my_tasks.jsonl"))
     results = run_oracle(env, "mine-001")
     assert results[-1].info["success"] and env.changes()["orders"]["W4118"]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("cls", [ShopEnv, TablesEnv])
+def test_consecutive_seeds_cover_every_intent(cls):
+    # tasks are stored grouped by intent; 64 consecutive eval seeds must still reach every intent of the split
+    for split in ("train", "test"):
+        env = cls(split=split)
+        seen = {env.task_for(1_000_000 + i).intent for i in range(64)}
+        assert seen == {t.intent for t in env.tasks}, (cls.name, split)
+        assert sorted(t.id for t in (env.task_for(i) for i in range(len(env.tasks)))) == sorted(t.id for t in env.tasks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -20,6 +21,8 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
 from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
 
+
+_ORDER_SEED = 20261121  # fixed: the seed -> task map must never change between runs
 
 # ---------------------------------------------------------------------------------------------- tasks
 @dataclass
@@ -175,6 +178,7 @@ class ToolWorld(TextEnv):
         self.split, self.level, self.max_turns = split, level, max_turns
         self.invalid_penalty, self.tool_error_penalty = float(invalid_penalty), float(tool_error_penalty)
         self.tasks = [t for t in self.all_tasks() if split in ("all", t.split) and level in (None, t.level)]
+        self._seed_order: list[int] = []  # seed -> task permutation, built on first use (see task_for)
         if not self.tasks:
             raise ConfigError(f"{self.name}: no tasks for split={split!r} level={level!r}")
         self.task: Task | None = None
@@ -219,9 +223,19 @@ class ToolWorld(TextEnv):
         return answer  # numbers are accepted too: models often write {"answer": 42.5}
 
     # ------------------------------------------------------------------ episodes
+    def task_for(self, seed: int) -> Task:
+        """The task a seed starts: a fixed shuffle of this env's split and level, indexed by ``seed % n``.
+
+        The shuffle matters because tasks are stored grouped by intent: consecutive seeds (training's cursor,
+        evaluation's ``eval.seed_offset + i``) would otherwise all fall on the same few intents."""
+        if len(self._seed_order) != len(self.tasks):
+            self._seed_order = list(range(len(self.tasks)))
+            random.Random(_ORDER_SEED).shuffle(self._seed_order)
+        return self.tasks[self._seed_order[int(seed) % len(self.tasks)]]
+
     def reset(self, seed: int) -> str:
-        """Start task ``seed % len(self.tasks)`` of this env's split and level (same seed, same task)."""
-        return self.load(self.tasks[int(seed) % len(self.tasks)])
+        """Start :meth:`task_for` ``(seed)`` (same seed, same task)."""
+        return self.load(self.task_for(seed))
 
     def load(self, task: Task | str) -> str:
         """Start an episode of a given task (or task id, searched in all splits). Returns the instruction."""
