@@ -13,6 +13,7 @@ import hashlib
 import json
 import random
 import re
+from abc import abstractmethod
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -191,9 +192,9 @@ class ToolWorld(TextEnv):
         self.writes: list[str] = []  # the same, for tools that change the world
 
     # ------------------------------------------------------------------ to implement
+    @abstractmethod
     def all_tasks(self) -> list[Task]:
         """Every task of the world (all splits and levels)."""
-        raise NotImplementedError
 
     def goal_reached(self, answer: str) -> bool:
         """Whether the episode, ended with ``answer``, met ``self.task.goal``. Default: the answer matches."""
