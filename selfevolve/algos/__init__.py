@@ -1,4 +1,4 @@
-"""RL math: advantages and policy losses as pure functions on torch tensors."""
+"""RL math: advantages, reward shaping, filtering and losses as pure functions on torch tensors."""
 
 from selfevolve.algos.advantages import (
     ADVANTAGES,
@@ -7,16 +7,31 @@ from selfevolve.algos.advantages import (
     grpo_advantages,
     rloo_advantages,
 )
-from selfevolve.algos.loss import entropy_from_logits, kl_penalty, masked_mean, ppo_clip_loss
+from selfevolve.algos.filtering import filter_groups, group_spread
+from selfevolve.algos.gae import gae_advantages, whiten
+from selfevolve.algos.gigpo import anchor_ids, discounted_returns, gigpo_advantages
+from selfevolve.algos.loss import entropy_from_logits, kl_penalty, masked_mean, ppo_clip_loss, value_loss
+from selfevolve.algos.selaur import shape_failures, token_uncertainty, trajectory_uncertainty
 
 __all__ = [
     "ADVANTAGES",
+    "anchor_ids",
     "compute_advantages",
+    "discounted_returns",
     "entropy_from_logits",
+    "filter_groups",
+    "gae_advantages",
+    "gigpo_advantages",
     "group_index",
+    "group_spread",
     "grpo_advantages",
     "kl_penalty",
     "masked_mean",
     "ppo_clip_loss",
     "rloo_advantages",
+    "shape_failures",
+    "token_uncertainty",
+    "trajectory_uncertainty",
+    "value_loss",
+    "whiten",
 ]
