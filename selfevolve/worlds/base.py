@@ -25,6 +25,13 @@ from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_ca
 
 _ORDER_SEED = 20261121  # fixed: the seed -> task map must never change between runs
 
+def check_seed_option(world: str, option: str, value) -> int:
+    """A data-seed constructor option must be a plain integer >= 0 (it picks the generated data)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{world} option {option!r} must be an integer >= 0, got {value!r}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------- tasks
 @dataclass
 class Task:

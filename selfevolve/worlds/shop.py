@@ -15,8 +15,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import Task, ToolWorld, answers_match, load_tasks, tool_prompt
+from selfevolve.worlds.base import Task, ToolWorld, answers_match, check_seed_option, load_tasks, tool_prompt
 from selfevolve.worlds.profile import Entity, EnvProfile, operations
 from selfevolve.worlds.shop_data import TABLES, changes, columns, database_image
 from selfevolve.worlds.shop_tasks import QUOTAS, generate_tasks, held_out_users
@@ -67,8 +66,7 @@ class ShopEnv(ShopTools, ToolWorld):
     def __init__(self, split: str = "train", level: int | None = None, max_turns: int = 10,
                  invalid_penalty: float = 0.1, tool_error_penalty: float = 0.0, db_seed: int = 0,
                  tasks_file: str = ""):
-        if isinstance(db_seed, bool) or not isinstance(db_seed, int) or db_seed < 0:
-            raise ConfigError(f"shop option 'db_seed' must be an integer >= 0, got {db_seed!r}")
+        check_seed_option("shop", "db_seed", db_seed)
         self.db_seed, self.tasks_file = db_seed, str(tasks_file or "")
         self.conn = sqlite3.connect(":memory:", check_same_thread=False)
         self.conn.deserialize(database_image(db_seed))

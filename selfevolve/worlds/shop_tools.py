@@ -55,17 +55,18 @@ class ShopTools:
             self.conn.rollback()
             raise
 
+    def _by_id(self, table: str, label: str, row_id: str) -> dict[str, Any]:
+        """The row of ``table`` (one of our own table names, never user text) with this id, or a ToolError."""
+        row = self._row(f"SELECT * FROM {table} WHERE id = ?", (row_id,))
+        if row is None:
+            raise ToolError(f"no {label} with id {row_id!r}")
+        return row
+
     def _user(self, user_id: str) -> dict[str, Any]:
-        user = self._row("SELECT * FROM users WHERE id = ?", (user_id,))
-        if user is None:
-            raise ToolError(f"no user with id {user_id!r}")
-        return user
+        return self._by_id("users", "user", user_id)
 
     def _order(self, order_id: str) -> dict[str, Any]:
-        order = self._row("SELECT * FROM orders WHERE id = ?", (order_id,))
-        if order is None:
-            raise ToolError(f"no order with id {order_id!r}")
-        return order
+        return self._by_id("orders", "order", order_id)
 
     def _item(self, order: dict[str, Any], item_id: str) -> dict[str, Any]:
         item = self._row("SELECT * FROM order_items WHERE id = ? AND order_id = ?", (item_id, order["id"]))
@@ -76,10 +77,7 @@ class ShopTools:
         return item
 
     def _variant(self, variant_id: str) -> dict[str, Any]:
-        variant = self._row("SELECT * FROM variants WHERE id = ?", (variant_id,))
-        if variant is None:
-            raise ToolError(f"no variant with id {variant_id!r}")
-        return variant
+        return self._by_id("variants", "variant", variant_id)
 
     def _require(self, order: dict[str, Any], status: str, action: str) -> None:
         if order["status"] != status:

@@ -20,8 +20,7 @@ import math
 import operator
 from typing import Any, Literal
 
-from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import Task, ToolWorld, load_tasks, tool_prompt
+from selfevolve.worlds.base import Task, ToolWorld, check_seed_option, load_tasks, tool_prompt
 from selfevolve.worlds.profile import Entity, EnvProfile, operations
 from selfevolve.worlds.tables_data import TABLES, tables
 from selfevolve.worlds.tables_tasks import QUOTAS, generate_tasks
@@ -288,8 +287,7 @@ class TablesEnv(TablesTools, ToolWorld):
     def __init__(self, split: str = "train", level: int | None = None, max_turns: int = 12,
                  invalid_penalty: float = 0.1, tool_error_penalty: float = 0.0, data_seed: int = 0,
                  tasks_file: str = ""):
-        if isinstance(data_seed, bool) or not isinstance(data_seed, int) or data_seed < 0:
-            raise ConfigError(f"tables option 'data_seed' must be an integer >= 0, got {data_seed!r}")
+        check_seed_option("tables", "data_seed", data_seed)
         self.data_seed, self.tasks_file = data_seed, str(tasks_file or "")
         self.current, self.filters = None, []
         super().__init__(split, level, max_turns, invalid_penalty, tool_error_penalty)
