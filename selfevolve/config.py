@@ -121,15 +121,35 @@ class PpoConfig(_Section):
     whiten: bool = Field(True, description="Normalise the batch's turn advantages to mean 0, std 1.")
 
 
+class SelfAcConfig(_Section):
+    alpha: float = Field(0.5, ge=0, le=1, description="α: loss = α·critic + (1 − α)·actor.")
+    td_max: int = Field(5, ge=1, le=32, description="The critic loss averages the TD(1)..TD(td_max) errors.")
+    ratio: Literal["token", "turn"] = Field(
+        "token", description="PPO ratio per action token (turn advantage broadcast) or per turn (the whole "
+        "action's probability, as in the seed).")
+    critic_prompt: str = Field(
+        "Critic Mode! Evaluate the current state with a single expressive word:",
+        min_length=1, description="The critic prompt's system message (the actor never sees it).")
+    final_state: bool = Field(True, description="Also read V after the last observation (n + 1 critic prompts; "
+                              "its target is the terminal value 0).")
+    forward: Literal["shadow", "per_turn"] = Field(
+        "shadow", description="shadow: one forward per episode (the shadow prompt); per_turn: the reference "
+        "computation with one critic forward per state (same losses, slower).")
+    value_head: Literal["linear", "mlp"] = Field("linear", description="Critic head on the policy's own body.")
+
+
 class AlgoConfig(_Section):
-    name: Literal["grpo", "rloo", "gigpo", "ppo"] = Field(
+    name: Literal["grpo", "rloo", "gigpo", "ppo", "self_ac"] = Field(
         "grpo", description="Advantage estimator: grpo, rloo (episode level), gigpo (episode + anchor-state step "
-        "level), ppo (value head on the policy's body + turn-level GAE).")
+        "level), ppo (value head on the policy's body + turn-level GAE), self_ac (value head read after a "
+        "critic prompt, TD(1..n) critic, actor and critic in one forward per episode).")
     norm: Literal["mean_std", "mean"] = Field(
         "mean_std", description="GRPO/GiGPO normalisation: divide by the group std (mean_std) or not (mean).")
-    gamma: float = Field(0.95, ge=0, le=1, description="Turn discount γ of GiGPO step returns and PPO's GAE.")
+    gamma: float = Field(0.95, ge=0, le=1, description="Turn discount γ of GiGPO step returns, PPO's GAE and Self-AC's "
+                       "returns and TD targets.")
     gigpo: GigpoConfig = Field(default_factory=GigpoConfig)
     ppo: PpoConfig = Field(default_factory=PpoConfig)
+    self_ac: SelfAcConfig = Field(default_factory=SelfAcConfig)
     group_size: int = Field(8, ge=1, description="G: rollouts per task from the same start state.")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA parameters.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")

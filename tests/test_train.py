@@ -54,13 +54,17 @@ ALGOS = {
     "gigpo+selaur+mean": ["algo.name=gigpo", "reward.shaping=selaur", "algo.norm=mean"],
     "ppo+selaur+filter": ["algo.name=ppo", "reward.shaping=selaur", "filter.keep=0.5"],
     "ppo-without-groups": ["algo.name=ppo", "algo.group_size=1"],  # the critic needs no group of rollouts
+    "self_ac": ["algo.name=self_ac"],
+    "self_ac-turn-per_turn": ["algo.name=self_ac", "algo.self_ac.ratio=turn", "algo.self_ac.forward=per_turn",
+                              "algo.minibatches=2", "algo.kl_coef=0.01"],
+    "self_ac+selaur+filter": ["algo.name=self_ac", "reward.shaping=selaur", "filter.keep=0.5"],
 }
 
 
 # SELAUR is tested for learning with norm=mean: with mean_std, a group of failures only turns its small
 # uncertainty differences into unit-scale advantages, and on this one-word task that noise slowed learning
 # below the threshold (measured; see docs/selaur.md).
-@pytest.mark.parametrize("algo", ["grpo", "ppo", "gigpo", "gigpo+selaur+mean"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo", "gigpo", "gigpo+selaur+mean", "self_ac"])
 def test_reward_rises_on_a_trivial_user_defined_env(tmp_path, algo):
     cfg = load_config(overrides=FAST + ALGOS[algo] + [
         "agent.max_new_tokens=3", "train.steps=20", "algo.lr=3e-3", "algo.group_size=8",
@@ -80,9 +84,15 @@ def test_reward_rises_on_a_trivial_user_defined_env(tmp_path, algo):
     assert len(rewards) == 20
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last > first + 0.25, rewards
+    if algo == "self_ac":
+        # and the critic learns. Its raw TD loss grows with the reward's variance (all failures at first), so
+        # it is compared with the loss a know-nothing critic (V ≡ 0, the zero-initialised head) has on the same
+        # batch: exactly 1 at the first update, and it must fall.
+        ratio = [m["value/loss_ratio"] for m in metrics(tmp_path / "run") if "value/loss_ratio" in m]
+        assert ratio[0] == pytest.approx(1.0) and sum(ratio[-4:]) / 4 < 0.8, ratio
 
 
-@pytest.mark.parametrize("algo", ["grpo", "ppo+selaur+filter"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo+selaur+filter", "self_ac+selaur+filter"])
 def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
     common = FAST + ALGOS[algo] + ["train.save_every=1", "env.size=3", "env.max_turns=2"]
     straight = tmp_path / "straight"
@@ -95,7 +105,7 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
     a = {m["step"]: m for m in metrics(straight)}
     b = {m["step"]: m for m in metrics(resumed)}
     assert sorted(b) == [0, 1, 2, 3]  # each step once, including the one redone after the resume
-    for key in ("reward/mean", "loss/policy", "grad_norm", "entropy"):
+    for key in ("reward/mean", "loss/actor" if "self_ac" in algo else "loss/policy", "grad_norm", "entropy"):
         assert a[3][key] == pytest.approx(b[3][key], rel=1e-5, abs=1e-7), key
     wa = load_file(str(straight / "checkpoints" / "step-3" / "adapter.safetensors"))
     wb = load_file(str(resumed / "checkpoints" / "step-3" / "adapter.safetensors"))
@@ -105,18 +115,24 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
     assert [json.loads(x)["steps"][0]["action_text"] for x in ta] == [json.loads(x)["steps"][0]["action_text"] for x in tb]
 
 
-@pytest.mark.parametrize("algo", ["rloo", "gigpo", "ppo", "ppo-without-groups", "gigpo+selaur", "grpo_mean_kl"])
+@pytest.mark.parametrize("algo", ["rloo", "gigpo", "ppo", "ppo-without-groups", "gigpo+selaur", "grpo_mean_kl",
+                                  "self_ac", "self_ac-turn-per_turn"])
 def test_every_estimator_and_kl_run_end_to_end(tmp_path, algo):
     extra = ALGOS.get(algo, ["algo.norm=mean", "algo.kl_coef=0.01", "algo.minibatches=2"])
     out = tmp_path / algo
     Trainer(load_config(overrides=FAST + extra + ["train.steps=1", "env.max_turns=2", f"train.out_dir={out}"])).train()
     m = metrics(out)[-1]
-    assert m["step"] == 1 and math.isfinite(m["loss/policy"]) and "filter/zero_std_frac" in m
+    loss = "loss/actor" if algo.startswith("self_ac") else "loss/policy"
+    assert m["step"] == 1 and math.isfinite(m[loss]) and "filter/zero_std_frac" in m
     if algo == "grpo_mean_kl":
         assert "kl" in m and m["kl"] == pytest.approx(0.0, abs=1e-6)  # first minibatch: adapter B = 0 -> policy = reference
-    if algo.startswith("ppo"):
-        assert math.isfinite(m["loss/value"]) and "value_head.net.weight" in load_file(
-            str(out / "checkpoints" / "step-1" / "adapter.safetensors"))
+    if algo.startswith(("ppo", "self_ac")):
+        assert math.isfinite(m["loss/critic" if algo.startswith("self_ac") else "loss/value"])
+        assert "value_head.net.weight" in load_file(str(out / "checkpoints" / "step-1" / "adapter.safetensors"))
+    if algo.startswith("self_ac"):  # V(s_0..s_n) on every trajectory: n + 1 critic prompts
+        for line in (out / "trajectories.jsonl").read_text().splitlines():
+            t = json.loads(line)
+            assert len(t["flags"]["values"]) == len(t["steps"]) + 1
     if "selaur" in algo:
         assert "reward/shaped_mean" in m
         shaped = [json.loads(x)["flags"]["shaped_reward"] for x in (out / "trajectories.jsonl").read_text().splitlines()]

@@ -123,24 +123,28 @@ class PromptBuilder:
         return _im_end_id(self.tokenizer) or self.tokenizer.eos_token_id
 
     def _observation_delta(self, observation: str) -> list[int] | None:
-        """Template ids between the end of an assistant reply and the next assistant opening, for ``observation``.
+        """Template ids between the end of an assistant reply and the next assistant opening, for ``observation``
+        (``None`` when the template does not simply append: then the caller re-renders)."""
+        return appended_turn_ids(self.tokenizer, self.observation_message(observation, first=False),
+                                 self.tools if self.template_tools else None)
 
-        Found by rendering a probe chat with and without the new user message; ``None`` when the template does
-        not simply append (then the caller re-renders).
-        """
-        tok = self.tokenizer
-        base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                {"role": "assistant", "content": "a"}]
-        tools = self.tools if self.template_tools else None
-        a = tok.apply_chat_template(base, tools=tools, tokenize=False)
-        b = tok.apply_chat_template(base + [self.observation_message(observation, first=False)], tools=tools,
-                                    tokenize=False, add_generation_prompt=True)
-        eot = tok.convert_ids_to_tokens(self.eot_id())
-        i = a.rfind(eot)
-        if not b.startswith(a) or i < 0:
-            return None
-        text = a[i + len(eot):] + b[len(a):]
-        return list(tok.encode(text, add_special_tokens=False))
+
+def appended_turn_ids(tokenizer, message: dict, tools: list[dict] | None = None) -> list[int] | None:
+    """Template ids between the end of an assistant reply (after its end-of-turn id) and the next assistant
+    opening, with ``message`` in between.
+
+    Found by rendering a probe chat with and without ``message``; ``None`` when the template does not simply
+    append a turn.
+    """
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"}]
+    a = tokenizer.apply_chat_template(base, tools=tools, tokenize=False)
+    b = tokenizer.apply_chat_template(base + [message], tools=tools, tokenize=False, add_generation_prompt=True)
+    eot = tokenizer.convert_ids_to_tokens(_im_end_id(tokenizer) or tokenizer.eos_token_id)
+    i = a.rfind(eot)
+    if not b.startswith(a) or i < 0:
+        return None
+    return list(tokenizer.encode(a[i + len(eot):] + b[len(a):], add_special_tokens=False))
 
 
 def end_of_turn_ids(tokenizer) -> set[int]:

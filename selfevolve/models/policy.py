@@ -195,18 +195,47 @@ class Policy:
         if loss_mask is None:
             return None, None, values
         sel = loss_mask[:, 1:].bool()
-        h = hidden[:, :-1][sel]
+        logp, entropy = self._token_logprobs(head, hidden[:, :-1][sel], input_ids[:, 1:][sel], with_entropy)
+        return logp, entropy, values
+
+    def forward_shadow(self, batch: dict, with_entropy: bool = False):
+        """One forward of a batch of Self-AC shadow-prompt sequences (``selfevolve/train/shadow.py``):
+        ``(logprobs [M], entropy [M] or None, values [B, K])``.
+
+        The batch's 4-D ``attention_mask`` and ``position_ids`` hide every critic prompt from the real tokens, so
+        the actor log-probs (one per action token, each read from the hidden state of the real token before it)
+        are those of the episode without critic prompts; ``values[b, k]`` is the value head at the last token of
+        critic prompt k (0 where ``value_mask`` is False, or everywhere when no head is attached).
+        """
+        body, head = self._body_and_head()
+        ids = batch["input_ids"]
+        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"],
+                      position_ids=batch["position_ids"]).last_hidden_state
+        B, L, H = hidden.shape
+        flat = hidden.reshape(B * L, H)
+        vmask = batch["value_mask"]
+        if self.value_head is not None:
+            rows = torch.arange(B, device=ids.device)[:, None] * L
+            values = self.value_head(flat[(rows + batch["value_idx"]).flatten()]).reshape(vmask.shape) * vmask
+        else:
+            values = torch.zeros(vmask.shape, device=ids.device)
+        logp, entropy = self._token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]],
+                                             with_entropy)
+        return logp, entropy, values
+
+    def _token_logprobs(self, head, h: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        """log π(target | h) at temperature ``self.temperature`` (the sampling distribution), and optionally the
+        entropy of that distribution; full-vocabulary logits only at these positions."""
         logits = head(h).float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
-        targets = input_ids[:, 1:][sel]
         logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
         entropy = None
         if with_entropy:
             with torch.no_grad():
                 entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy, values
+        return logp, entropy
 
     @contextlib.contextmanager
     def reference(self):

@@ -46,6 +46,8 @@ from selfevolve.train.credit import credit_batch, padded, select_groups, step_ad
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.samples import build_rows
+from selfevolve.train.self_ac import self_ac_update
+from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
 from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
@@ -73,14 +75,18 @@ def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     return ENVS[cfg.env.name]
 
 
+CRITICS = {"ppo": "ppo", "self_ac": "self_ac"}  # algo.name -> the config section naming its value head
+
+
 def build_policy(cfg: Config, critic: bool = False) -> Policy:
-    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head PPO trains (``algo.ppo.value_head``)."""
+    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head that PPO or Self-AC trains
+    (``algo.ppo.value_head`` / ``algo.self_ac.value_head``)."""
     model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
     policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
     if critic:
-        policy.attach_value_head(cfg.algo.ppo.value_head)
+        policy.attach_value_head(getattr(cfg.algo, CRITICS.get(cfg.algo.name, "ppo")).value_head)
     return policy
 
 
@@ -114,8 +120,11 @@ class Trainer:
         self.out_dir = Path(cfg.train.out_dir)
         self._check_out_dir()  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
-        self.policy = build_policy(cfg, critic=cfg.algo.name == "ppo")
+        self.policy = build_policy(cfg, critic=cfg.algo.name in CRITICS)
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
+        self.critic_prompt = (critic_prompt_ids(self.policy.tokenizer, self.builder.eot_id(),
+                                                cfg.algo.self_ac.critic_prompt)
+                              if cfg.algo.name == "self_ac" else None)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
@@ -224,8 +233,7 @@ class Trainer:
         trajs, stats = self.collect()
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
-        upd = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
-                         vf_clip=cfg.algo.ppo.vf_clip) if rows else {}
+        upd = self.update(rows, trajs) if rows else {}
         t2 = time.perf_counter()
         self.step += 1
         metrics = {
@@ -242,8 +250,20 @@ class Trainer:
                     f.write(json.dumps({"step": self.step, **t.to_dict(with_ids=False)}) + "\n")
         return metrics
 
+    def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:
+        """The optimizer steps on this batch: PPO-clip over token rows, or Self-AC over shadow episodes."""
+        cfg = self.cfg
+        if cfg.algo.name == "self_ac":
+            metrics = self_ac_update(self.policy, self.optimizer, rows, cfg.algo, self.rng)
+            for ep in rows:  # the value function comes free: keep it with the episode (viewer, search)
+                trajs[ep.traj_index].flags["values"] = [round(v, 5) for v in ep.values]
+            return metrics
+        return ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
+                          vf_clip=cfg.algo.ppo.vf_clip)
+
     def credit(self, trajs: list[Trajectory]):
-        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``)."""
+        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``).
+        Self-AC's advantages need the values of the update's own forward: it gets shadow episodes instead."""
         cfg = self.cfg
         batch, metrics = credit_batch(trajs, cfg, self.policy.vocab_size)
         keep, filter_metrics = select_groups(batch, cfg.filter)
@@ -252,6 +272,13 @@ class Trainer:
         batch = batch.select(keep)
         if not kept:
             return [], metrics
+        if cfg.algo.name == "self_ac":
+            index = {id(t): i for i, t in enumerate(trajs)}
+            final = cfg.algo.self_ac.final_state
+            episodes = [build_shadow_episode(t, self.critic_prompt, final_state_ids(t, self.builder) if final else None,
+                                             rewards=r, traj_index=index[id(t)])
+                        for t, r in zip(kept, batch.per_step(batch.step_rewards))]
+            return episodes, metrics
         values = None
         if cfg.algo.name == "ppo":
             # V(s_t) of every turn under the current weights, before the update (the "old" values)

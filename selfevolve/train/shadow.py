@@ -1,0 +1,220 @@
+"""The shadow prompt: a whole episode, actor and critic, in ONE sequence (Self-AC, seed 001).
+
+The sequence is the episode as the model saw it, with a *critic prompt* cp_k inserted after each state s_k —
+right before the action a_k taken in it — and one more after the last observation (n + 1 for n actions)::
+
+    [system, few-shot, o_0, assistant opening] cp_0 a_0 [o_1, opening] cp_1 a_1 ... a_{n-1} [o_n, opening] cp_n
+
+The critic prompts are *shadows*: invisible to every real token.
+
+- positions: real tokens keep the positions they have in the episode without critic prompts; cp_k's tokens
+  continue from the last token of s_k, and a_k starts again at the position cp_k started at (the seed's
+  ``pos = [..., 9, 10, 11, ..., 28, 10, ...]``);
+- attention (a 4-D mask): a real token sees the real tokens before it; a critic-prompt token sees the real tokens
+  before it (the prefix up to its state) and the earlier tokens of its own critic prompt — nothing else.
+
+So every actor log-prob equals the one computed on the episode without critic prompts, and V(s_k) — the value
+head at cp_k's last token — equals a separate forward of "prefix up to s_k + cp_k" (tests/test_self_ac.py checks
+both to fp32 tolerance). When an episode's prompts do not extend each other (a history window, a context
+template that rewrites the past), each chain of extending prompts is a *segment*: segments are packed into the
+same sequence, each with its own positions from 0, and never see each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from selfevolve.agent.prompt import appended_turn_ids
+from selfevolve.errors import ConfigError
+from selfevolve.types import Trajectory
+
+CRITIC_PROMPT = "Critic Mode! Evaluate the current state with a single expressive word:"
+
+
+def critic_prompt_ids(tokenizer, eot_id: int, text: str = CRITIC_PROMPT) -> list[int]:
+    """cp in the model's own chat format: close the open assistant turn, a system message ``text``, open the
+    assistant's turn again (ChatML: ``<|im_end|>\\n<|im_start|>system\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``)."""
+    delta = appended_turn_ids(tokenizer, {"role": "system", "content": text})
+    if delta is None:
+        raise ConfigError("algo.name=self_ac: this model's chat template does not render a system message after "
+                          "an assistant turn by appending, so the critic prompt cannot be built")
+    return [eot_id, *delta]
+
+
+@dataclass
+class ShadowEpisode:
+    """One episode as a shadow-prompt sequence, with its episode vectors (seed: a_start/a_end, cp_start/cp_end)."""
+
+    ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    segment: list[int] = field(default_factory=list)  # per token: which chain of extending prompts
+    block: list[int] = field(default_factory=list)  # per token: 0 for real tokens, k + 1 inside cp_k
+    pred: list[int] = field(default_factory=list)  # per action token: index of the token that predicts it
+    target: list[int] = field(default_factory=list)  # per action token: its own index
+    token_turn: list[int] = field(default_factory=list)  # per action token: its turn k
+    old_logprobs: list[float] = field(default_factory=list)  # per action token
+    a_start: list[int] = field(default_factory=list)  # per turn: first action token (inclusive)
+    a_end: list[int] = field(default_factory=list)  # per turn: last action token (inclusive)
+    cp_start: list[int] = field(default_factory=list)  # per critic prompt (n, or n + 1 with the final state)
+    cp_end: list[int] = field(default_factory=list)  # per critic prompt: its last token, where V is read
+    rewards: list[float] = field(default_factory=list)  # per turn: r_k from s_k to s_{k+1}
+    traj_index: int = 0
+    values: list[float] = field(default_factory=list)  # V(s_0..s_n) from the update's first forward
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def turns(self) -> int:
+        return len(self.rewards)
+
+    def _add(self, ids, positions, segment: int, block: int = 0) -> None:
+        self.ids += list(ids)
+        self.positions += list(positions)
+        self.segment += [segment] * len(ids)
+        self.block += [block] * len(ids)
+
+
+def build_shadow_episode(traj: Trajectory, cp_ids: list[int], final_ids: list[int] | None = None,
+                         rewards: list[float] | None = None, traj_index: int = 0) -> ShadowEpisode:
+    """The shadow sequence of ``traj``.
+
+    ``final_ids``: the prompt of the last state s_n (the last step's prompt + its reply + the final observation),
+    which gets cp_n; None leaves it out (its value is 0 by definition: it only trains the head towards that).
+    ``rewards``: per turn (default: the environment's step rewards; the trainer passes shaped ones).
+    """
+    ep = ShadowEpisode(rewards=list(rewards if rewards is not None else [s.reward for s in traj.steps]),
+                       traj_index=traj_index)
+    real: list[int] | None = None  # the current segment's real ids (the episode as the model saw it)
+    seg = -1
+    last_real = -1  # sequence index of the last real token
+
+    def add_state(prompt: list[int]) -> None:
+        nonlocal real, seg, last_real
+        if real is not None and len(prompt) >= len(real) and prompt[: len(real)] == real:
+            extra = prompt[len(real):]
+        else:
+            seg, real, extra = seg + 1, [], list(prompt)
+        ep._add(extra, range(len(real), len(real) + len(extra)), seg)
+        real = real + list(extra)
+        last_real = len(ep.ids) - 1
+
+    def add_critic(k: int) -> None:
+        ep.cp_start.append(len(ep.ids))
+        ep._add(cp_ids, range(len(real), len(real) + len(cp_ids)), seg, block=k + 1)
+        ep.cp_end.append(len(ep.ids) - 1)
+
+    for k, step in enumerate(traj.steps):
+        add_state(step.prompt_ids)
+        add_critic(k)
+        ep.a_start.append(len(ep.ids))
+        for j, tok in enumerate(step.action_ids):
+            ep.pred.append(last_real)
+            ep.target.append(len(ep.ids))
+            ep.token_turn.append(k)
+            ep._add([tok], [len(real)], seg)
+            real.append(tok)
+            last_real = len(ep.ids) - 1
+        ep.old_logprobs += list(step.logprobs)
+        ep.a_end.append(len(ep.ids) - 1)
+    if final_ids is not None and traj.steps:
+        add_state(final_ids)
+        add_critic(len(traj.steps))
+    return ep
+
+
+def final_state_ids(traj: Trajectory, builder) -> list[int] | None:
+    """The prompt of the state after the last action: its prompt + reply + the final observation in the chat
+    template (None when the template cannot append a turn, or the episode is empty)."""
+    if not traj.steps:
+        return None
+    last = traj.steps[-1]
+    return builder.extend(last.prompt_ids, last.action_ids, last.observation)
+
+
+def shadow_mask(segment: torch.Tensor, block: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The 4-D additive attention mask [B, 1, L, L] (0 = may attend, dtype's min = hidden).
+
+    Query i may attend key j when j ≤ i, both are in the same segment, and j is a real token or a token of i's
+    own critic prompt. Padding queries attend only to themselves (a fully masked row would give NaN in SDPA).
+    """
+    L = segment.shape[1]
+    idx = torch.arange(L, device=segment.device)
+    causal = idx[None, :] <= idx[:, None]  # [L(query), L(key)]
+    same_segment = segment[:, :, None] == segment[:, None, :]
+    visible = (block[:, None, :] == 0) | (block[:, None, :] == block[:, :, None])
+    allowed = causal[None] & same_segment & visible & valid[:, None, :].bool() & valid[:, :, None].bool()
+    allowed = allowed | torch.eye(L, dtype=torch.bool, device=segment.device)[None]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=segment.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtype, device=None) -> dict:
+    """Right-padded tensors of a batch of shadow episodes, with episode vectors padded to K = max turns + 1.
+
+    Flat per-action-token vectors (``pred``, ``target``, ``old_logprobs``, ``token_slot``) index the padded
+    [B, L] sequence (``b·L + j``) and the [B, K] turn slots (``b·K + k``)."""
+    B, L = len(episodes), max(len(e) for e in episodes)
+    K = max(max(e.turns, len(e.cp_end)) for e in episodes) or 1
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    pos = torch.zeros((B, L), dtype=torch.long)
+    seg = torch.full((B, L), -1, dtype=torch.long)
+    blk = torch.zeros((B, L), dtype=torch.long)
+    valid = torch.zeros((B, L), dtype=torch.bool)
+    rewards = torch.zeros((B, K), dtype=torch.float32)
+    turn_mask = torch.zeros((B, K), dtype=torch.bool)
+    value_mask = torch.zeros((B, K), dtype=torch.bool)
+    value_idx = torch.zeros((B, K), dtype=torch.long)
+    pred, target, slot, old = [], [], [], []
+    for b, e in enumerate(episodes):
+        n = len(e)
+        ids[b, :n] = torch.tensor(e.ids)
+        pos[b, :n] = torch.tensor(e.positions)
+        seg[b, :n] = torch.tensor(e.segment)
+        blk[b, :n] = torch.tensor(e.block)
+        valid[b, :n] = True
+        rewards[b, : e.turns] = torch.tensor(e.rewards, dtype=torch.float32)
+        turn_mask[b, : e.turns] = True
+        value_mask[b, : len(e.cp_end)] = True
+        value_idx[b, : len(e.cp_end)] = torch.tensor(e.cp_end)
+        pred += [b * L + j for j in e.pred]
+        target += [b * L + j for j in e.target]
+        slot += [b * K + k for k in e.token_turn]
+        old += e.old_logprobs
+    out = {
+        "input_ids": ids, "position_ids": pos, "segment": seg, "block": blk, "valid": valid,
+        "rewards": rewards, "turn_mask": turn_mask, "value_mask": value_mask, "value_idx": value_idx,
+        "pred": torch.tensor(pred, dtype=torch.long), "target": torch.tensor(target, dtype=torch.long),
+        "token_slot": torch.tensor(slot, dtype=torch.long), "old_logprobs": torch.tensor(old, dtype=torch.float32),
+    }
+    out = {k: v.to(device) for k, v in out.items()} if device is not None else out
+    out["attention_mask"] = shadow_mask(out["segment"], out["block"], out["valid"], dtype)
+    return out
+
+
+def critic_rows(ep: ShadowEpisode) -> list[tuple[list[int], list[int]]]:
+    """The reference computation the shadow prompt replaces: for each critic prompt k, the plain sequence
+    "prefix up to s_k + cp_k" as (ids, positions) — one forward each (``algo.self_ac.forward=per_turn``)."""
+    out = []
+    for s, e in zip(ep.cp_start, ep.cp_end):
+        keep = [j for j in range(e + 1)
+                if ep.segment[j] == ep.segment[s] and (ep.block[j] == 0 or ep.block[j] == ep.block[s])]
+        out.append(([ep.ids[j] for j in keep], [ep.positions[j] for j in keep]))
+    return out
+
+
+def actor_row(ep: ShadowEpisode) -> ShadowEpisode:
+    """The same episode without its critic prompts (the actor's own view; for checks and the per-turn path)."""
+    keep = [j for j in range(len(ep)) if ep.block[j] == 0]
+    new_index = {j: i for i, j in enumerate(keep)}
+    out = ShadowEpisode(rewards=list(ep.rewards), traj_index=ep.traj_index, old_logprobs=list(ep.old_logprobs),
+                        token_turn=list(ep.token_turn))
+    out._add([ep.ids[j] for j in keep], [ep.positions[j] for j in keep], 0)
+    out.segment = [ep.segment[j] for j in keep]
+    out.pred = [new_index[j] for j in ep.pred]
+    out.target = [new_index[j] for j in ep.target]
+    out.a_start = [new_index.get(j, 0) for j in ep.a_start]
+    out.a_end = [new_index.get(j, 0) for j in ep.a_end]
+    return out

@@ -1,0 +1,225 @@
+"""Self-AC: the shadow prompt's exactness, the TD(1..n) critic by hand, and the value head's life cycle.
+
+(a) actor log-probs from the single pass equal those of the episode without critic prompts; (b) each V(s_k)
+equals a separate forward of "prefix up to s_k + cp_k" — both in fp32 on `tiny`, with real FrozenLake rollouts,
+for both attention implementations available on CPU; (c) TD targets and losses against hand-computed numbers.
+The end-to-end learning run is in tests/test_train.py (self_ac: reward rises, the critic's loss ratio falls).
+"""
+
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from selfevolve import Trainer, load_config
+from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, td_target, turn_logprobs
+from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.rollout.runner import rollout
+from selfevolve.tasks.source import SeedTasks
+from selfevolve.train.run import load_run
+from selfevolve.train.samples import build_rows, collate
+from selfevolve.train.self_ac import episode_forward, episode_values, self_ac_losses, self_ac_update
+from selfevolve.train.shadow import (build_shadow_episode, collate_shadow, critic_prompt_ids, critic_rows,
+                                     final_state_ids)
+from selfevolve.train.trainer import build_policy, build_prompt
+from selfevolve.types import Step, Task, Trajectory
+
+close = lambda a, b: torch.testing.assert_close(torch.as_tensor(a).double(), torch.as_tensor(b, dtype=torch.float64),
+                                                 atol=1e-6, rtol=1e-6)
+
+
+def hand_episode():
+    """Two turns of an incremental chat with a 3-token critic prompt (ids chosen by hand)."""
+    p0 = [1, 2, 3, 4, 5]
+    a0 = [30, 31]
+    p1 = [*p0, *a0, 22, 23]
+    a1 = [32]
+    steps = [Step(prompt_ids=p0, action_ids=a0, logprobs=[-0.1, -0.2], reward=0.0),
+             Step(prompt_ids=p1, action_ids=a1, logprobs=[-0.3], reward=1.0)]
+    traj = Trajectory(task=Task(id="t", env="x", seed=0), steps=steps)
+    return traj, [*p1, *a1, 24]
+
+
+def test_the_shadow_sequence_lays_out_positions_and_episode_vectors_as_the_seed():
+    traj, final = hand_episode()
+    ep = build_shadow_episode(traj, [90, 91, 92], final)
+    assert ep.ids == [1, 2, 3, 4, 5, 90, 91, 92, 30, 31, 22, 23, 90, 91, 92, 32, 24, 90, 91, 92]
+    # critic prompts continue from their state; the next real token reuses the critic prompt's first position
+    assert ep.positions == [0, 1, 2, 3, 4, 5, 6, 7, 5, 6, 7, 8, 9, 10, 11, 9, 10, 11, 12, 13]
+    assert ep.block == [0] * 5 + [1] * 3 + [0] * 4 + [2] * 3 + [0, 0] + [3] * 3
+    assert (ep.cp_start, ep.cp_end) == ([5, 12, 17], [7, 14, 19])  # n + 1 = 3 critic prompts
+    assert (ep.a_start, ep.a_end) == ([8, 15], [9, 15])
+    assert ep.pred == [4, 8, 11] and ep.target == [8, 9, 15]  # a_k's first token is predicted from s_k's last
+    assert ep.token_turn == [0, 0, 1] and ep.rewards == [0.0, 1.0]
+    b = collate_shadow([ep], pad_id=0, dtype=torch.float32)
+    allowed = b["attention_mask"][0, 0] == 0
+    see = lambda i: allowed[i].nonzero().flatten().tolist()
+    assert see(15) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 15]  # a_1 sees every real token, no critic prompt
+    assert see(13) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13]  # cp_1 sees the prefix up to s_1 and itself
+    assert see(19) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 17, 18, 19]
+    assert critic_rows(ep)[1] == ([1, 2, 3, 4, 5, 30, 31, 22, 23, 90, 91, 92], list(range(12)))
+
+
+def test_the_critic_prompt_is_rendered_in_the_models_chat_format():
+    cfg = load_config(overrides=["model.name=tiny"])
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, FrozenLakeEnv())
+    ids = critic_prompt_ids(policy.tokenizer, builder.eot_id())
+    assert policy.tokenizer.decode(ids) == ("<|im_end|>\n<|im_start|>system\nCritic Mode! Evaluate the current "
+                                            "state with a single expressive word:<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_td_targets_and_critic_loss_by_hand():
+    # episode 1: three turns, r = (0, 0, 1); episode 2: one turn, r = -1. γ = 0.5. The last slot of each is
+    # its terminal state s_n (value read, target 0).
+    V = torch.tensor([[0.2, 0.4, 0.6, 0.1], [0.3, 0.5, 0.0, 0.0]], dtype=torch.float64)
+    r = torch.tensor([[0.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    turns = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    vmask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    # y1_k = r_k + γ V_{k+1}, with V = 0 at the terminal slot: (0 + .5·.4, 0 + .5·.6, 1 + 0, 0)
+    close(td_target(V, r, turns, 0.5, 1) * vmask, [[0.2, 0.3, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
+    close(td_target(V, r, turns, 0.5, 2) * vmask, [[0.15, 0.5, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
+    close(td_target(V, r, turns, 0.5, 3) * vmask, [[0.25, 0.5, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
+    # TD(1) squared errors 0, .01, .16, .01, 1.69, .25 -> 2.12/6; TD(2): .0025, .01, .16, .01, 1.69, .25 -> 2.1225/6
+    loss, st = critic_loss(V, r, turns, vmask, 0.5, td_max=2)
+    close(st["loss/td1"], 2.12 / 6)
+    close(loss, (2.12 / 6 + 2.1225 / 6) / 2)
+    R, A = returns_and_advantages(V, r, turns, 0.5)
+    close(R, [[0.25, 0.5, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0]])
+    close(A, [[0.05, 0.1, 0.4, 0.0], [-1.3, 0.0, 0.0, 0.0]])  # A = R − V, only at real turns
+
+
+def test_targets_carry_no_gradient_and_turn_logprobs_sum_each_action():
+    V = torch.tensor([[0.2, 0.4, 0.0]], requires_grad=True)
+    r = torch.tensor([[0.0, 1.0, 0.0]])
+    turns = torch.tensor([[True, True, False]])
+    loss, _ = critic_loss(V, r, turns, torch.ones_like(turns), 0.9, td_max=1)
+    loss.backward()
+    # d/dV_k mean((V − y)²) with y detached = 2 (V_k − y_k) / 3: y = (.9·.4, 1, 0)
+    close(V.grad, [[2 * (0.2 - 0.36) / 3, 2 * (0.4 - 1.0) / 3, 0.0]])
+    close(turn_logprobs(torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([0, 0, 3]), 4), [-3.0, 0.0, 0.0, -0.5])
+
+
+@pytest.fixture(scope="module")
+def rollouts():
+    """Real FrozenLake episodes of the tiny model, with a non-trivial value head: full-history chats (one
+    segment each) and windowed ones (agent.history=1: the prompts do not extend, several segments)."""
+    out = {}
+    for history in ("null", "1"):
+        cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=6",
+                                     f"agent.history={history}"])
+        policy = build_policy(cfg)
+        policy.attach_value_head("mlp")
+        torch.manual_seed(0)
+        torch.nn.init.normal_(policy.value_head.net[-1].weight, std=0.5)
+        builder = build_prompt(cfg, policy, FrozenLakeEnv())
+        tasks = SeedTasks("frozenlake", seed=0).next(3)
+        trajs = rollout(policy, [make_env(FrozenLakeEnv) for _ in tasks], tasks, builder, max_turns=4,
+                        generator=torch.Generator().manual_seed(0))
+        cp = critic_prompt_ids(policy.tokenizer, builder.eot_id())
+        eps = [build_shadow_episode(t, cp, final_state_ids(t, builder), traj_index=i) for i, t in enumerate(trajs)]
+        out[history] = (policy, trajs, eps)
+    return out
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("history", ["null", "1"])
+def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollouts, attn, history, monkeypatch):
+    policy, trajs, eps = rollouts[history]
+    calls = []
+    if attn == "eager":  # make sure the eager kernel really runs (it adds the mask to the scores)
+        import transformers.models.llama.modeling_llama as llama
+
+        eager = llama.eager_attention_forward
+        monkeypatch.setattr(llama, "eager_attention_forward", lambda *a, **k: calls.append(1) or eager(*a, **k))
+    if history == "1":
+        assert max(max(e.segment) for e in eps) > 0  # windowed prompts: several segments in one sequence
+    assert all(len(e.cp_end) == len(t.steps) + 1 for e, t in zip(eps, trajs))
+    config = policy.model.get_base_model().config
+    old = config._attn_implementation
+    config._attn_implementation = attn
+    try:
+        with torch.no_grad():
+            batch, logp, _, values = episode_forward(policy, eps)
+            rows = build_rows(trajs, [0.0] * len(trajs))
+            rb = collate(rows, policy.pad_id)
+            plain, _ = policy.action_logprobs(rb["input_ids"], rb["attention_mask"], rb["loss_mask"])
+            body = policy.model.get_base_model().get_decoder()
+            separate = torch.zeros_like(values)
+            for b, e in enumerate(eps):
+                for k, (ids, pos) in enumerate(critic_rows(e)):
+                    h = body(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos])).last_hidden_state
+                    separate[b, k] = policy.value_head(h[0, -1])
+    finally:
+        config._attn_implementation = old
+    assert bool(calls) == (attn == "eager")
+    # rows are packed per segment; both list action tokens episode by episode, turn by turn
+    assert (logp - plain).abs().max() < 1e-4  # (a)
+    assert (logp - batch["old_logprobs"]).abs().max() < 1e-4  # and both equal the rollout's own log-probs
+    assert (values - separate).abs().max() < 1e-4  # (b)
+    assert values[batch["value_mask"]].abs().min() > 0  # a real head: the check is not 0 == 0
+
+
+def test_per_turn_forward_gives_the_same_losses_and_gradients(rollouts):
+    policy, trajs, eps = rollouts["null"]
+    cfg = load_config(overrides=["algo.name=self_ac"])
+    grads = {}
+    for how in ("shadow", "per_turn"):
+        policy.model.zero_grad()
+        policy.value_head.zero_grad()
+        batch, logp, _, values = episode_forward(policy, eps, how)
+        losses, _ = self_ac_losses(batch, logp, values, cfg.algo.self_ac, cfg.algo)
+        (losses["critic"] + losses["actor"]).backward()
+        grads[how] = torch.cat([p.grad.flatten() for p in policy.trainable_parameters() if p.grad is not None])
+    torch.testing.assert_close(grads["shadow"], grads["per_turn"], atol=1e-4, rtol=1e-3)
+
+
+def test_values_are_recorded_and_the_head_is_dropped_for_inference(tmp_path):
+    out = tmp_path / "run"
+    Trainer(load_config(overrides=[
+        "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=4", "train.tasks_per_step=2",
+        "algo.group_size=2", "eval.episodes=2", "train.progress=false", "train.eval_every=0",
+        "train.warm_start_steps=0", "env.max_turns=3", "train.steps=2", "algo.name=self_ac", "algo.lr=1e-2",
+        f"train.out_dir={out}"])).train()
+    lines = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    later = [t["flags"]["values"] for t in lines if t["step"] == 2]
+    assert all(len(v) == len(t["steps"]) + 1 for v, t in zip(later, lines[-len(later):]))
+    assert any(abs(x) > 0 for v in later for x in v)  # after one update the head is no longer zero
+    # the PEFT adapter folder has no critic; `selfevolve eval` builds the policy without one
+    ckpt = out / "checkpoints" / "step-2"
+    assert any(k.startswith("value_head.") for k in load_file(str(ckpt / "adapter.safetensors")))
+    assert not any("value_head" in k for k in load_file(str(ckpt / "adapter" / "adapter_model.safetensors")))
+    _, acting, _ = load_run(out)
+    assert acting.value_head is None
+    _, policy_with_head, _ = load_run(out)
+    policy_with_head.attach_value_head("linear")
+    prompt = [[1, 2, 3, 4, 5, 6]]
+    assert acting.generate(prompt, greedy=True).ids == policy_with_head.generate(prompt, greedy=True).ids
+
+
+def test_episode_values_match_the_update_forward(rollouts):
+    policy, _, eps = rollouts["null"]
+    with torch.no_grad():
+        _, _, _, values = episode_forward(policy, eps)
+    got = episode_values(policy, eps, micro_batch_tokens=64)  # one episode per micro-batch
+    for b, e in enumerate(eps):
+        close(got[b], values[b, : len(e.cp_end)])
+
+
+def test_micro_batches_accumulate_to_the_full_batch_update(rollouts):
+    policy, _, eps = rollouts["null"]
+    state = {k: v.clone() for k, v in policy.adapter_state().items()}
+    results = []
+    for mbt in (100_000, 64):
+        policy.load_adapter_state(state)
+        opt = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+        cfg = load_config(overrides=["algo.name=self_ac", f"algo.micro_batch_tokens={mbt}"])
+        st = self_ac_update(policy, opt, eps, cfg.algo, random.Random(0))
+        results.append((st, {k: v.clone() for k, v in policy.adapter_state().items()}))
+    policy.load_adapter_state(state)
+    (a, wa), (b, wb) = results
+    for key in ("loss/critic", "loss/actor", "grad_norm"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
