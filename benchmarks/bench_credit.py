@@ -32,6 +32,8 @@ METHODS = {
     "gigpo": ["algo.name=gigpo"],
     "gigpo+selaur": ["algo.name=gigpo", "reward.shaping=selaur"],
     "ppo": ["algo.name=ppo"],
+    "self_ac": ["algo.name=self_ac"],  # per-token ratio (the default)
+    "self_ac-turn": ["algo.name=self_ac", "algo.self_ac.ratio=turn"],  # the seed's per-turn ratio
 }
 
 
