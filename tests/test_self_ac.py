@@ -22,7 +22,7 @@ from selfevolve.train.run import load_run
 from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.self_ac import episode_forward, episode_values, self_ac_losses, self_ac_update
 from selfevolve.train.shadow import (build_shadow_episode, collate_shadow, critic_prompt_ids, critic_rows,
-                                     final_state_ids)
+                                     final_state_ids, shadow_mask)
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Step, Task, Trajectory
 
@@ -53,13 +53,28 @@ def test_the_shadow_sequence_lays_out_positions_and_episode_vectors_as_the_seed(
     assert (ep.a_start, ep.a_end) == ([8, 15], [9, 15])
     assert ep.pred == [4, 8, 11] and ep.target == [8, 9, 15]  # a_k's first token is predicted from s_k's last
     assert ep.token_turn == [0, 0, 1] and ep.rewards == [0.0, 1.0]
-    b = collate_shadow([ep], pad_id=0, dtype=torch.float32)
-    allowed = b["attention_mask"][0, 0] == 0
+    allowed = interleaved_mask(ep)[0, 0] == 0
     see = lambda i: allowed[i].nonzero().flatten().tolist()
     assert see(15) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 15]  # a_1 sees every real token, no critic prompt
     assert see(13) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13]  # cp_1 sees the prefix up to s_1 and itself
     assert see(19) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 17, 18, 19]
     assert critic_rows(ep)[1] == ([1, 2, 3, 4, 5, 30, 31, 22, 23, 90, 91, 92], list(range(12)))
+    # the same visibility in the two stages of the forward: real tokens [1..5, 30, 31, 22, 23, 32, 24], then the
+    # critic prompts' 9 tokens, which see real tokens up to their state and their own prompt
+    b = collate_shadow([ep], pad_id=0, dtype=torch.float32)
+    assert b["real_ids"].tolist() == [[1, 2, 3, 4, 5, 30, 31, 22, 23, 32, 24]] and "real_mask" not in b
+    assert b["real_pos"].tolist() == [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
+    assert b["cp_pos"].tolist() == [[5, 6, 7, 9, 10, 11, 11, 12, 13]]
+    cp_sees = b["cp_mask"][0, 0] == 0
+    assert cp_sees[4].nonzero().flatten().tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 11 + 3, 11 + 4]
+    assert cp_sees[8].nonzero().flatten().tolist() == [*range(11), 11 + 6, 11 + 7, 11 + 8]
+    assert b["pred"].tolist() == [4, 5, 8] and b["target"].tolist() == [5, 6, 9]
+    assert b["value_idx"].tolist() == [[2, 5, 8]]
+
+
+def interleaved_mask(ep, dtype=torch.float32):
+    one = lambda x: torch.tensor([x])
+    return shadow_mask(one(ep.segment), one(ep.block), torch.ones(1, len(ep), dtype=torch.bool), dtype)
 
 
 def test_the_critic_prompt_is_rendered_in_the_models_chat_format():
@@ -152,6 +167,14 @@ def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollou
                 for k, (ids, pos) in enumerate(critic_rows(e)):
                     h = body(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos])).last_hidden_state
                     separate[b, k] = policy.value_head(h[0, -1])
+            # the interleaved sequence in ONE forward with the 4-D shadow mask gives the same numbers
+            inter_logp, inter_values = [], []
+            for e in eps:
+                h = body(input_ids=torch.tensor([e.ids]), position_ids=torch.tensor([e.positions]),
+                         attention_mask=interleaved_mask(e)).last_hidden_state[0]
+                inter_logp.append(policy._token_logprobs(policy.model.get_output_embeddings(), h[e.pred],
+                                                         torch.tensor(e.ids)[e.target], False)[0])
+                inter_values.append(policy.value_head(h[e.cp_end]))
     finally:
         config._attn_implementation = old
     assert bool(calls) == (attn == "eager")
@@ -159,6 +182,8 @@ def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollou
     assert (logp - plain).abs().max() < 1e-4  # (a)
     assert (logp - batch["old_logprobs"]).abs().max() < 1e-4  # and both equal the rollout's own log-probs
     assert (values - separate).abs().max() < 1e-4  # (b)
+    assert (torch.cat(inter_logp) - logp).abs().max() < 1e-4
+    assert (torch.cat(inter_values) - values[batch["value_mask"]]).abs().max() < 1e-4
     assert values[batch["value_mask"]].abs().min() > 0  # a real head: the check is not 0 == 0
 
 

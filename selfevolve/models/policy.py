@@ -199,26 +199,32 @@ class Policy:
         return logp, entropy, values
 
     def forward_shadow(self, batch: dict, with_entropy: bool = False):
-        """One forward of a batch of Self-AC shadow-prompt sequences (``selfevolve/train/shadow.py``):
+        """One forward of a batch of Self-AC shadow-prompt episodes (``selfevolve/train/shadow.py``):
         ``(logprobs [M], entropy [M] or None, values [B, K])``.
 
-        The batch's 4-D ``attention_mask`` and ``position_ids`` hide every critic prompt from the real tokens, so
-        the actor log-probs (one per action token, each read from the hidden state of the real token before it)
-        are those of the episode without critic prompts; ``values[b, k]`` is the value head at the last token of
-        critic prompt k (0 where ``value_mask`` is False, or everywhere when no head is attached).
+        Every token is encoded once, in two stages of the same pass: the episode's real tokens (causal attention;
+        a 4-D mask only when an episode packs several segments), then all critic prompts at once, attending to
+        the real tokens' cached keys through the 4-D ``cp_mask`` (their state's prefix and themselves). So the
+        actor log-probs (one per action token, read from the hidden state of the token before it) are those of
+        the episode without critic prompts, and ``values[b, k]`` — the value head at the last token of critic
+        prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head). Gradients reach
+        the real tokens' computation through the cached keys and values.
         """
         body, head = self._body_and_head()
-        ids = batch["input_ids"]
-        hidden = body(input_ids=ids, attention_mask=batch["attention_mask"],
-                      position_ids=batch["position_ids"]).last_hidden_state
+        ids = batch["real_ids"]
+        cache = DynamicCache()
+        hidden = body(input_ids=ids, attention_mask=batch.get("real_mask"), position_ids=batch["real_pos"],
+                      past_key_values=cache, use_cache=True).last_hidden_state
         B, L, H = hidden.shape
-        flat = hidden.reshape(B * L, H)
         vmask = batch["value_mask"]
-        if self.value_head is not None:
-            rows = torch.arange(B, device=ids.device)[:, None] * L
-            values = self.value_head(flat[(rows + batch["value_idx"]).flatten()]).reshape(vmask.shape) * vmask
+        if self.value_head is not None and batch["cp_ids"].shape[1] > 0:
+            cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
+                             past_key_values=cache, use_cache=True).last_hidden_state
+            flat_cp = cp_hidden.reshape(-1, H)
+            values = self.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
         else:
             values = torch.zeros(vmask.shape, device=ids.device)
+        flat = hidden.reshape(B * L, H)
         logp, entropy = self._token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]],
                                              with_entropy)
         return logp, entropy, values

@@ -25,10 +25,12 @@ from selfevolve.train.samples import micro_batches
 from selfevolve.train.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
 
 
-def _single_critic_episode(ids: list[int], positions: list[int]) -> ShadowEpisode:
-    """A plain sequence whose value is read at its last token (one critic forward of the per-turn path)."""
+def _single_critic_episode(ids: list[int], positions: list[int], n_cp: int) -> ShadowEpisode:
+    """"prefix up to s_k + cp_k" on its own, V read at its last token (one critic forward of the per-turn path)."""
     ep = ShadowEpisode()
-    ep._add(ids, positions, 0)
+    ep._add(ids[:-n_cp], positions[:-n_cp], 0)
+    ep.cp_start = [len(ep.ids)]
+    ep._add(ids[-n_cp:], positions[-n_cp:], 0, block=1)
     ep.cp_end = [len(ids) - 1]
     return ep
 
@@ -38,7 +40,8 @@ def _actor_units(ep: ShadowEpisode, ratio: str) -> int:
     return len(ep.target) if ratio == "token" else len(set(ep.token_turn))
 
 
-def episode_forward(policy, episodes: list[ShadowEpisode], how: str = "shadow", with_entropy: bool = False):
+def episode_forward(policy, episodes: list[ShadowEpisode], how: str = "shadow", with_entropy: bool = False,
+                    micro_batch_tokens: int = 4096):
     """``(batch, logprobs [M], entropy, values [B, K])`` of ``episodes``: one shadow-prompt forward, or
     (``how="per_turn"``) the actor on the plain episodes plus one forward per critic prompt."""
     dtype = next(policy.model.parameters()).dtype
@@ -50,14 +53,17 @@ def episode_forward(policy, episodes: list[ShadowEpisode], how: str = "shadow", 
         raise ValueError(f"unknown Self-AC forward {how!r}; allowed: shadow, per_turn")
     plain = collate_shadow([actor_row(e) for e in episodes], policy.pad_id, dtype, policy.device)
     logp, ent, _ = policy.forward_shadow(plain, with_entropy=with_entropy)
-    # one critic sequence per state, "prefix up to s_k + cp_k", all in one padded batch: each re-encodes its prefix
-    crit = [(b, k, _single_critic_episode(ids, pos)) for b, e in enumerate(episodes)
-            for k, (ids, pos) in enumerate(critic_rows(e))]
-    cb = collate_shadow([c for _, _, c in crit], policy.pad_id, dtype, policy.device)
-    v = policy.forward_shadow(cb)[2][:, 0]
-    values = torch.zeros(batch["value_mask"].shape, device=policy.device, dtype=v.dtype)
-    values = values.index_put((torch.tensor([b for b, _, _ in crit], device=policy.device),
-                               torch.tensor([k for _, k, _ in crit], device=policy.device)), v)
+    # one critic sequence per state, "prefix up to s_k + cp_k": each re-encodes its prefix (batched in chunks of
+    # similar length to waste little padding; all stay in the graph until the backward)
+    crit = [_single_critic_episode(ids, pos, e.cp_end[0] - e.cp_start[0] + 1) for e in episodes
+            for ids, pos in critic_rows(e)]
+    slot = {id(c): (b, k) for c, (b, k) in zip(crit, [(b, k) for b, e in enumerate(episodes)
+                                                      for k in range(len(e.cp_end))])}
+    values = torch.zeros(batch["value_mask"].shape, device=policy.device)
+    for chunk in micro_batches(crit, micro_batch_tokens):
+        v = policy.forward_shadow(collate_shadow(chunk, policy.pad_id, dtype, policy.device))[2][:, 0]
+        index = torch.tensor([slot[id(c)] for c in chunk], device=policy.device)
+        values = values.index_put((index[:, 0], index[:, 1]), v.to(values.dtype))
     return batch, logp, ent, values
 
 
@@ -115,7 +121,8 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
             optimizer.zero_grad(set_to_none=True)
             st_mb: dict[str, float] = {}
             for chunk in micro_batches(mb, algo.micro_batch_tokens):
-                batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True)
+                batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True,
+                                                           micro_batch_tokens=algo.micro_batch_tokens)
                 losses, st = self_ac_losses(batch, logp, values, sac, algo)
                 wc = sum(len(e.cp_end) for e in chunk) / max(n_values, 1)
                 wa = sum(_actor_units(e, sac.ratio) for e in chunk) / max(n_actor, 1)

@@ -135,7 +135,9 @@ def final_state_ids(traj: Trajectory, builder) -> list[int] | None:
 
 
 def shadow_mask(segment: torch.Tensor, block: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The 4-D additive attention mask [B, 1, L, L] (0 = may attend, dtype's min = hidden).
+    """The 4-D additive attention mask [B, 1, L, L] of interleaved shadow sequences (0 = may attend, dtype's
+    min = hidden): what the picture in docs/self_ac.md shows, and what a single forward of the interleaved
+    sequence would use.
 
     Query i may attend key j when j ≤ i, both are in the same segment, and j is a real token or a token of i's
     own critic prompt. Padding queries attend only to themselves (a fully masked row would give NaN in SDPA).
@@ -147,56 +149,102 @@ def shadow_mask(segment: torch.Tensor, block: torch.Tensor, valid: torch.Tensor,
     visible = (block[:, None, :] == 0) | (block[:, None, :] == block[:, :, None])
     allowed = causal[None] & same_segment & visible & valid[:, None, :].bool() & valid[:, :, None].bool()
     allowed = allowed | torch.eye(L, dtype=torch.bool, device=segment.device)[None]
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=segment.device)
+    return _additive(allowed, dtype)
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, Q, K] booleans -> the [B, 1, Q, K] additive mask attention kernels take (eager adds it to the scores)."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
-def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtype, device=None) -> dict:
-    """Right-padded tensors of a batch of shadow episodes, with episode vectors padded to K = max turns + 1.
+def _state_end(ep: ShadowEpisode, k: int) -> int:
+    """Index of the last real token before critic prompt k: the end of the state s_k it evaluates."""
+    j = ep.cp_start[k] - 1
+    while ep.block[j] != 0:
+        j -= 1
+    return j
 
-    Flat per-action-token vectors (``pred``, ``target``, ``old_logprobs``, ``token_slot``) index the padded
-    [B, L] sequence (``b·L + j``) and the [B, K] turn slots (``b·K + k``)."""
-    B, L = len(episodes), max(len(e) for e in episodes)
+
+def _pad(rows: list[list[int]], fill: int) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    return torch.tensor([list(r) + [fill] * (width - len(r)) for r in rows], dtype=torch.long).reshape(len(rows), width)
+
+
+def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtype, device=None) -> dict:
+    """A batch of shadow episodes as the two stages of one forward (see :meth:`Policy.forward_shadow`).
+
+    The interleaved sequence is split, without changing any token's position or visibility: stage 1 holds the
+    real tokens in order (plain causal attention, the fast kernel), stage 2 the critic-prompt tokens, which
+    attend to stage 1's cached keys up to their state and to their own prompt (``cp_mask`` [B, 1, C, Lr + C]).
+    Coming after every real token, no critic prompt can be seen by one. Each token is still encoded once.
+
+    Flat per-action-token vectors index stage 1 (``pred``/``target``: ``b·Lr + j``) and the [B, K] turn slots
+    (``token_slot``: ``b·K + k``); ``value_idx`` [B, K] indexes stage 2 (the last token of each critic prompt).
+    """
+    B = len(episodes)
     K = max(max(e.turns, len(e.cp_end)) for e in episodes) or 1
-    ids = torch.full((B, L), pad_id, dtype=torch.long)
-    pos = torch.zeros((B, L), dtype=torch.long)
-    seg = torch.full((B, L), -1, dtype=torch.long)
-    blk = torch.zeros((B, L), dtype=torch.long)
-    valid = torch.zeros((B, L), dtype=torch.bool)
+    real = [[j for j, blk in enumerate(e.block) if blk == 0] for e in episodes]
+    crit = [[j for j, blk in enumerate(e.block) if blk > 0] for e in episodes]
+    new = [{j: i for i, j in enumerate(r)} for r in real]
+    new_cp = [{j: i for i, j in enumerate(c)} for c in crit]
+    real_ids = _pad([[e.ids[j] for j in r] for e, r in zip(episodes, real)], pad_id)
+    real_pos = _pad([[e.positions[j] for j in r] for e, r in zip(episodes, real)], 0)
+    real_seg = _pad([[e.segment[j] for j in r] for e, r in zip(episodes, real)], -1)
+    Lr = real_ids.shape[1]
+    # each critic-prompt token: its state (the last real token before its prompt, in stage-1 index), its block
+    state = [[new[b][_state_end(e, e.block[j] - 1)] for j in c] for b, (e, c) in enumerate(zip(episodes, crit))]
+    cp_ids = _pad([[e.ids[j] for j in c] for e, c in zip(episodes, crit)], pad_id)
+    cp_pos = _pad([[e.positions[j] for j in c] for e, c in zip(episodes, crit)], 0)
+    cp_seg = _pad([[e.segment[j] for j in c] for e, c in zip(episodes, crit)], -2)
+    cp_blk = _pad([[e.block[j] for j in c] for e, c in zip(episodes, crit)], -1)
+    cp_state = _pad(state, -1)
+    C = cp_ids.shape[1]
+
     rewards = torch.zeros((B, K), dtype=torch.float32)
     turn_mask = torch.zeros((B, K), dtype=torch.bool)
     value_mask = torch.zeros((B, K), dtype=torch.bool)
     value_idx = torch.zeros((B, K), dtype=torch.long)
     pred, target, slot, old = [], [], [], []
     for b, e in enumerate(episodes):
-        n = len(e)
-        ids[b, :n] = torch.tensor(e.ids)
-        pos[b, :n] = torch.tensor(e.positions)
-        seg[b, :n] = torch.tensor(e.segment)
-        blk[b, :n] = torch.tensor(e.block)
-        valid[b, :n] = True
         rewards[b, : e.turns] = torch.tensor(e.rewards, dtype=torch.float32)
         turn_mask[b, : e.turns] = True
         value_mask[b, : len(e.cp_end)] = True
-        value_idx[b, : len(e.cp_end)] = torch.tensor(e.cp_end)
-        pred += [b * L + j for j in e.pred]
-        target += [b * L + j for j in e.target]
+        value_idx[b, : len(e.cp_end)] = torch.tensor([b * C + new_cp[b][j] for j in e.cp_end], dtype=torch.long)
+        pred += [b * Lr + new[b][j] for j in e.pred]
+        target += [b * Lr + new[b][j] for j in e.target]
         slot += [b * K + k for k in e.token_turn]
         old += e.old_logprobs
+
+    real_valid = real_seg >= 0
+    # stage 1: plain causal unless an episode packs several segments, which must not see each other
+    real_mask = None
+    if (real_seg > 0).any():
+        r = torch.arange(Lr)
+        allowed = (r[None, :] <= r[:, None])[None] & (real_seg[:, :, None] == real_seg[:, None, :])
+        real_mask = _additive(allowed | torch.eye(Lr, dtype=torch.bool)[None], dtype)
+    # stage 2: a critic-prompt token sees the real tokens of its segment up to its state, and its own prompt
+    r, c = torch.arange(Lr), torch.arange(C)
+    sees_real = ((r[None, None, :] <= cp_state[:, :, None]) & (real_seg[:, None, :] == cp_seg[:, :, None])
+                 & real_valid[:, None, :])
+    sees_own = (c[None, None, :] <= c[None, :, None]) & (cp_blk[:, None, :] == cp_blk[:, :, None])
+    sees_own = sees_own | torch.eye(C, dtype=torch.bool)[None]  # padding queries: themselves (no NaN)
     out = {
-        "input_ids": ids, "position_ids": pos, "segment": seg, "block": blk, "valid": valid,
+        "real_ids": real_ids, "real_pos": real_pos, "cp_ids": cp_ids, "cp_pos": cp_pos,
+        "cp_mask": _additive(torch.cat([sees_real, sees_own], dim=2), dtype),
         "rewards": rewards, "turn_mask": turn_mask, "value_mask": value_mask, "value_idx": value_idx,
         "pred": torch.tensor(pred, dtype=torch.long), "target": torch.tensor(target, dtype=torch.long),
         "token_slot": torch.tensor(slot, dtype=torch.long), "old_logprobs": torch.tensor(old, dtype=torch.float32),
     }
-    out = {k: v.to(device) for k, v in out.items()} if device is not None else out
-    out["attention_mask"] = shadow_mask(out["segment"], out["block"], out["valid"], dtype)
-    return out
+    if real_mask is not None:
+        out["real_mask"] = real_mask
+    return {k: v.to(device) for k, v in out.items()} if device is not None else out
 
 
 def critic_rows(ep: ShadowEpisode) -> list[tuple[list[int], list[int]]]:
     """The reference computation the shadow prompt replaces: for each critic prompt k, the plain sequence
-    "prefix up to s_k + cp_k" as (ids, positions) — one forward each (``algo.self_ac.forward=per_turn``)."""
+    "prefix up to s_k + cp_k" as (ids, positions) — one forward each (``algo.self_ac.forward=per_turn``); its
+    last ``len(cp)`` tokens are the critic prompt."""
     out = []
     for s, e in zip(ep.cp_start, ep.cp_end):
         keep = [j for j in range(e + 1)
