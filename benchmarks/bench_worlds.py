@@ -52,10 +52,12 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64, help="greedy episodes per world and split")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--context", default="causal")
+    ap.add_argument("--max-turns", type=int, default=None, help="episode turn limit (default: the world's own, 10)")
     ap.add_argument("--out", default="runs/bench_worlds.json")
     args = ap.parse_args()
 
-    results: dict = {"model": args.model, "episodes": args.episodes, "worlds": {}}
+    results: dict = {"model": args.model, "episodes": args.episodes, "max_new_tokens": args.max_new_tokens,
+                     "max_turns": args.max_turns, "worlds": {}}
     policy = None
     for world in args.worlds:
         cfg = load_config(overrides=[f"model.name={args.model}", f"env.name={world}",
@@ -66,7 +68,8 @@ def main() -> None:
         entry = {"env_steps_per_s": env_steps_per_s(world), "splits": {}}
         for split in args.splits:
             t0 = time.perf_counter()
-            _, trajs = greedy_rollouts(policy, env_cls, {"split": split}, builder, episodes=args.episodes,
+            options = {"split": split} | ({"max_turns": args.max_turns} if args.max_turns else {})
+            _, trajs = greedy_rollouts(policy, env_cls, options, builder, episodes=args.episodes,
                                        seed_offset=cfg.eval.seed_offset)
             by_intent: dict[str, list[bool]] = defaultdict(list)
             for t in trajs:
@@ -80,6 +83,8 @@ def main() -> None:
                 "intents": {k: {"n": len(v), "success": sum(v) / len(v)} for k, v in sorted(by_intent.items())},
             }
         results["worlds"][world] = entry
+        print(f"{world}: " + ", ".join(f"{s} {r['success']:.3f} in {r['seconds']:.0f} s"
+                                        for s, r in entry["splits"].items()), flush=True)
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
