@@ -7,6 +7,7 @@ The end-to-end learning run is in tests/test_train.py (self_ac: reward rises, th
 """
 
 import json
+import math
 import random
 
 import pytest
@@ -21,8 +22,9 @@ from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.run import load_run
 from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.self_ac import episode_forward, episode_values, self_ac_losses, self_ac_update
-from selfevolve.train.shadow import (build_shadow_episode, collate_shadow, critic_prompt_ids, critic_rows,
-                                     final_state_ids, shadow_mask)
+from selfevolve.errors import ConfigError
+from selfevolve.train.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow, critic_prompt_ids,
+                                     critic_rows, final_state_ids, shadow_mask)
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Step, Task, Trajectory
 
@@ -84,6 +86,10 @@ def test_the_critic_prompt_is_rendered_in_the_models_chat_format():
     ids = critic_prompt_ids(policy.tokenizer, builder.eot_id())
     assert policy.tokenizer.decode(ids) == ("<|im_end|>\n<|im_start|>system\nCritic Mode! Evaluate the current "
                                             "state with a single expressive word:<|im_end|>\n<|im_start|>assistant\n")
+    check_shadow_attention(policy)  # sdpa: fine
+    policy.model.get_base_model().config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ConfigError, match="custom 4-D mask"):
+        check_shadow_attention(policy)
 
 
 def test_td_targets_and_critic_loss_by_hand():
@@ -233,14 +239,15 @@ def test_episode_values_match_the_update_forward(rollouts):
         close(got[b], values[b, : len(e.cp_end)])
 
 
-def test_micro_batches_accumulate_to_the_full_batch_update(rollouts):
+@pytest.mark.parametrize("extra", [[], ["algo.self_ac.ratio=turn", "algo.kl_coef=0.05"]])
+def test_micro_batches_accumulate_to_the_full_batch_update(rollouts, extra):
     policy, _, eps = rollouts["null"]
     state = {k: v.clone() for k, v in policy.adapter_state().items()}
     results = []
     for mbt in (100_000, 64):
         policy.load_adapter_state(state)
         opt = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
-        cfg = load_config(overrides=["algo.name=self_ac", f"algo.micro_batch_tokens={mbt}"])
+        cfg = load_config(overrides=["algo.name=self_ac", f"algo.micro_batch_tokens={mbt}", *extra])
         st = self_ac_update(policy, opt, eps, cfg.algo, random.Random(0))
         results.append((st, {k: v.clone() for k, v in policy.adapter_state().items()}))
     policy.load_adapter_state(state)
@@ -248,3 +255,51 @@ def test_micro_batches_accumulate_to_the_full_batch_update(rollouts):
     for key in ("loss/critic", "loss/actor", "grad_norm"):
         assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_the_critic_learns_turn_level_values_over_several_turns(tmp_path):
+    """3-turn FrozenLake episodes of the untrained tiny model: every reply is invalid (−0.1 a turn), so the return
+    from s_k is −0.1·(1 + γ + …) and differs by turn (−0.285, −0.195, −0.1, then 0 at the end): the head must
+    read the turn from the shared body, through TD targets that bootstrap across turns. Its loss, relative to a
+    know-nothing critic's on the same batch, must fall from 1."""
+    out = tmp_path / "run"
+    Trainer(load_config(overrides=[
+        "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=3", "train.tasks_per_step=2",
+        "algo.group_size=4", "eval.episodes=2", "train.progress=false", "train.eval_every=0",
+        "train.warm_start_steps=0", "algo.name=self_ac", "env.size=3", "env.max_turns=3", "train.steps=12",
+        "algo.lr=1e-2", f"train.out_dir={out}"])).train()
+    ratio = [json.loads(x)["value/loss_ratio"] for x in (out / "metrics.jsonl").read_text().splitlines()[1:]]
+    assert ratio[0] == pytest.approx(1.0) and sum(ratio[-4:]) / 4 < 0.5, ratio
+
+
+def test_actor_loss_by_hand_for_both_ratios():
+    # one episode, two turns: a_0 has two tokens (ratios 1.1 and 1.0), a_1 one token (ratio 0.5); γ = 1,
+    # r = (0, 1), V = (0.5, 0.2, 0 at the terminal state) -> R = (1, 1), A = R − V = (0.5, 0.8)
+    batch = {"rewards": torch.tensor([[0.0, 1.0, 0.0]]), "turn_mask": torch.tensor([[True, True, False]]),
+             "value_mask": torch.tensor([[True, True, True]]), "old_logprobs": torch.tensor([-1.0, -1.0, -2.0]),
+             "token_slot": torch.tensor([0, 0, 1])}
+    logp = torch.tensor([-1.0 + math.log(1.1), -1.0, -2.0 + math.log(0.5)])
+    values = torch.tensor([[0.5, 0.2, 0.0]])
+    for ratio, want in (("token", (-0.55 - 0.5 - 0.4) / 3),  # per token: −Aρ, except ρ = 0.5 < 0.8: −A·ρ (pessimistic max)
+                        ("turn", (-0.55 - 0.4) / 2)):  # per turn: ρ_0 = 1.1·1.0, ρ_1 = 0.5
+        cfg = load_config(overrides=["algo.name=self_ac", "algo.gamma=1", "algo.self_ac.td_max=1",
+                                     f"algo.self_ac.ratio={ratio}"])
+        losses, st = self_ac_losses(batch, logp, values, cfg.algo.self_ac, cfg.algo)
+        close(losses["actor"], want)
+        # TD(1) targets (0 + 0.2, 1 + 0, 0): squared errors .09, .64, 0 over 3 states
+        close(losses["critic"], 0.73 / 3)
+        close(st["adv/mean"], 0.65)
+
+
+def test_empty_actions_and_empty_episodes_are_harmless(rollouts):
+    policy, trajs, eps = rollouts["null"]
+    traj, final = hand_episode()
+    traj.steps[1].action_ids, traj.steps[1].logprobs = [], []  # a reply cut to nothing
+    odd = build_shadow_episode(traj, eps[0].ids[eps[0].cp_start[0]: eps[0].cp_end[0] + 1], final)
+    assert odd.a_end[1] == odd.a_start[1] - 1 and odd.token_turn == [0, 0]
+    empty = build_shadow_episode(Trajectory(task=Task(id="e", env="x", seed=0)), [90, 91])
+    cfg = load_config(overrides=["algo.name=self_ac"])
+    opt = torch.optim.SGD(policy.trainable_parameters(), lr=0.0)
+    st = self_ac_update(policy, opt, [eps[0], odd, empty], cfg.algo, random.Random(0))
+    assert math.isfinite(st["loss/critic"]) and math.isfinite(st["loss/actor"])
+    assert len(odd.values) == 3 and empty.values == []

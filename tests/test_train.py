@@ -116,7 +116,7 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
 
 
 @pytest.mark.parametrize("algo", ["rloo", "gigpo", "ppo", "ppo-without-groups", "gigpo+selaur", "grpo_mean_kl",
-                                  "self_ac", "self_ac-turn-per_turn"])
+                                  "self_ac", "self_ac-turn-per_turn", "self_ac+selaur+filter"])
 def test_every_estimator_and_kl_run_end_to_end(tmp_path, algo):
     extra = ALGOS.get(algo, ["algo.norm=mean", "algo.kl_coef=0.01", "algo.minibatches=2"])
     out = tmp_path / algo

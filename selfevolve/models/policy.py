@@ -198,7 +198,7 @@ class Policy:
         logp, entropy = self._token_logprobs(head, hidden[:, :-1][sel], input_ids[:, 1:][sel], with_entropy)
         return logp, entropy, values
 
-    def forward_shadow(self, batch: dict, with_entropy: bool = False):
+    def forward_shadow(self, batch: dict, with_entropy: bool = False, with_values: bool = True):
         """One forward of a batch of Self-AC shadow-prompt episodes (``selfevolve/train/shadow.py``):
         ``(logprobs [M], entropy [M] or None, values [B, K])``.
 
@@ -207,8 +207,9 @@ class Policy:
         the real tokens' cached keys through the 4-D ``cp_mask`` (their state's prefix and themselves). So the
         actor log-probs (one per action token, read from the hidden state of the token before it) are those of
         the episode without critic prompts, and ``values[b, k]`` — the value head at the last token of critic
-        prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head). Gradients reach
-        the real tokens' computation through the cached keys and values.
+        prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head or with
+        ``with_values=False``, which skips stage 2). Gradients reach the real tokens' computation through the
+        cached keys and values.
         """
         body, head = self._body_and_head()
         ids = batch["real_ids"]
@@ -217,7 +218,7 @@ class Policy:
                       past_key_values=cache, use_cache=True).last_hidden_state
         B, L, H = hidden.shape
         vmask = batch["value_mask"]
-        if self.value_head is not None and batch["cp_ids"].shape[1] > 0:
+        if with_values and self.value_head is not None and batch["cp_ids"].shape[1] > 0:
             cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
                              past_key_values=cache, use_cache=True).last_hidden_state
             flat_cp = cp_hidden.reshape(-1, H)

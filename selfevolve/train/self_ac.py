@@ -105,6 +105,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
     trainer records them on the trajectory.
     """
     sac = algo.self_ac
+    episodes = [e for e in episodes if e.turns]  # nothing to train in an episode without a step
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     params = policy.trainable_parameters()
@@ -130,7 +131,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
                 st["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
                 if algo.kl_coef > 0:
                     with torch.no_grad(), policy.reference():
-                        ref, _, _ = policy.forward_shadow(batch)
+                        ref, _, _ = policy.forward_shadow(batch, with_values=False)
                     kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                     loss = loss + algo.kl_coef * logp.numel() / max(sum(len(e.target) for e in mb), 1) * kl
                     st["kl"] = float(kl.detach())

@@ -43,6 +43,19 @@ def critic_prompt_ids(tokenizer, eot_id: int, text: str = CRITIC_PROMPT) -> list
     return [eot_id, *delta]
 
 
+MASK_ATTENTION = ("eager", "sdpa")  # attention implementations that take a custom 4-D mask
+
+
+def check_shadow_attention(policy) -> None:
+    """The shadow prompt needs an attention kernel that applies a custom 4-D mask; refuse the others (FlashAttention
+    takes no arbitrary mask, flex attention needs a BlockMask) instead of silently letting critic prompts leak."""
+    model = policy.model.get_base_model() if hasattr(policy.model, "get_base_model") else policy.model
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    if impl not in MASK_ATTENTION:
+        raise ConfigError(f"algo.name=self_ac needs an attention implementation that takes a custom 4-D mask "
+                          f"({', '.join(MASK_ATTENTION)}); this model uses {impl!r}")
+
+
 @dataclass
 class ShadowEpisode:
     """One episode as a shadow-prompt sequence, with its episode vectors (seed: a_start/a_end, cp_start/cp_end)."""
@@ -56,7 +69,7 @@ class ShadowEpisode:
     token_turn: list[int] = field(default_factory=list)  # per action token: its turn k
     old_logprobs: list[float] = field(default_factory=list)  # per action token
     a_start: list[int] = field(default_factory=list)  # per turn: first action token (inclusive)
-    a_end: list[int] = field(default_factory=list)  # per turn: last action token (inclusive)
+    a_end: list[int] = field(default_factory=list)  # per turn: last action token (inclusive; a_start - 1: empty)
     cp_start: list[int] = field(default_factory=list)  # per critic prompt (n, or n + 1 with the final state)
     cp_end: list[int] = field(default_factory=list)  # per critic prompt: its last token, where V is read
     rewards: list[float] = field(default_factory=list)  # per turn: r_k from s_k to s_{k+1}
@@ -263,6 +276,4 @@ def actor_row(ep: ShadowEpisode) -> ShadowEpisode:
     out.segment = [ep.segment[j] for j in keep]
     out.pred = [new_index[j] for j in ep.pred]
     out.target = [new_index[j] for j in ep.target]
-    out.a_start = [new_index.get(j, 0) for j in ep.a_start]
-    out.a_end = [new_index.get(j, 0) for j in ep.a_end]
     return out

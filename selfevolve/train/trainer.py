@@ -46,8 +46,8 @@ from selfevolve.train.credit import credit_batch, padded, select_groups, step_ad
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.samples import build_rows
-from selfevolve.train.self_ac import self_ac_update
-from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
+from selfevolve.train.self_ac import episode_values, self_ac_update
+from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
 from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
@@ -122,9 +122,11 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.policy = build_policy(cfg, critic=cfg.algo.name in CRITICS)
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
-        self.critic_prompt = (critic_prompt_ids(self.policy.tokenizer, self.builder.eot_id(),
-                                                cfg.algo.self_ac.critic_prompt)
-                              if cfg.algo.name == "self_ac" else None)
+        self.critic_prompt = None
+        if cfg.algo.name == "self_ac":
+            check_shadow_attention(self.policy)
+            self.critic_prompt = critic_prompt_ids(self.policy.tokenizer, self.builder.eot_id(),
+                                                   cfg.algo.self_ac.critic_prompt)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
@@ -234,6 +236,8 @@ class Trainer:
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
         upd = self.update(rows, trajs) if rows else {}
+        if cfg.algo.name == "self_ac":
+            self._record_values(trajs)
         t2 = time.perf_counter()
         self.step += 1
         metrics = {
@@ -261,6 +265,18 @@ class Trainer:
         return ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
                           vf_clip=cfg.algo.ppo.vf_clip)
 
+    def _record_values(self, trajs: list[Trajectory]) -> None:
+        """V(s_0..s_n) on the trajectories the update did not see (dropped by filtering), without gradients, so
+        that every logged trajectory carries its values."""
+        todo = [t for t in trajs if "values" not in t.flags and t.steps]
+        if not todo:
+            return
+        final = self.cfg.algo.self_ac.final_state
+        eps = [build_shadow_episode(t, self.critic_prompt, final_state_ids(t, self.builder) if final else None)
+               for t in todo]
+        for t, vals in zip(todo, episode_values(self.policy, eps, self.cfg.algo.micro_batch_tokens)):
+            t.flags["values"] = [round(v, 5) for v in vals]
+
     def credit(self, trajs: list[Trajectory]):
         """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``).
         Self-AC's advantages need the values of the update's own forward: it gets shadow episodes instead."""
@@ -277,7 +293,7 @@ class Trainer:
             final = cfg.algo.self_ac.final_state
             episodes = [build_shadow_episode(t, self.critic_prompt, final_state_ids(t, self.builder) if final else None,
                                              rewards=r, traj_index=index[id(t)])
-                        for t, r in zip(kept, batch.per_step(batch.step_rewards))]
+                        for t, r in zip(kept, batch.per_step(batch.step_rewards)) if t.steps]
             return episodes, metrics
         values = None
         if cfg.algo.name == "ppo":
