@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64, help="greedy episodes per world and split")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--context", default="causal")
-    ap.add_argument("--max-turns", type=int, default=None, help="episode turn limit (default: the world's own, 10)")
+    ap.add_argument("--max-turns", type=int, default=None, help="episode turn limit (default: the world's own: shop 10, tables 12)")
     ap.add_argument("--out", default="runs/bench_worlds.json")
     args = ap.parse_args()
 

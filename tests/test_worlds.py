@@ -654,7 +654,10 @@ def test_tables_tool_failures(tables):
     refused(tables, act("aggregate", function="count"), "no table is loaded")
     refused(tables, act("load_table", table="planets"), "no table 'planets'")
     refused(tables, act("list_columns", table="planets"), "no table")
+    refused(tables, act("get_value", column="delay_min"), "no table is loaded")
+    refused(tables, act("calculate", expression="1 / 0"), "division by zero")
     ok(tables, act("load_table", table="flights"))
+    refused(tables, act("get_value", column="gate"), "has no column 'gate'")
     refused(tables, act("filter_rows", column="gate", op="==", value="A1"), "has no column 'gate'")
     refused(tables, act("filter_rows", column="delay_min", op="contains", value="3"), "needs a text column")
     refused(tables, act("filter_rows", column="delay_min", op=">", value="late"), "not a number")
@@ -665,6 +668,20 @@ def test_tables_tool_failures(tables):
     refused(tables, act("aggregate", function="mean", column="delay_min"), "no rows are selected")
     assert not tables.step(act("filter_rows", column="origin", op="~", value="BOS")).info["valid_action"]
     assert not tables.step(act("aggregate", function="median", column="delay_min")).info["valid_action"]
+
+
+def test_tables_state_does_not_leak_into_the_next_episode():
+    env = TablesEnv(split="all", max_turns=100)
+    env.reset(3)
+    fresh = env.state_key()
+    ok(env, act("load_table", table="flights"))
+    ok(env, act("filter_rows", column="origin", op="==", value="BOS"))
+    assert env.state_key() != fresh
+    env.reset(3)
+    assert (env.current, env.filters) == (None, []) and env.state_key() == fresh
+    other = TablesEnv(split="all", max_turns=100)
+    other.reset(3)
+    assert other.state_key() == fresh
 
 
 @pytest.mark.parametrize("expression", [

@@ -64,7 +64,7 @@ class PromptBuilder:
         msgs = [{"role": "system", "content": self.system_prompt(instruction)}]
         if self.few_shot:
             for k, (obs, act) in enumerate(self.examples):
-                shown = f"<think>Let me look at the board.</think><answer>{act}</answer>" if self.think else act
+                shown = f"<think>Let me think about the next step.</think><answer>{act}</answer>" if self.think else act
                 msgs += [self.observation_message(obs, first=k == 0), {"role": "assistant", "content": shown}]
         return msgs
 

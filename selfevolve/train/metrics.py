@@ -6,7 +6,7 @@ Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval
 tokens, measured during the update.
 
 Per intent: environments that put ``info["intent"]`` in their steps (the tool worlds: ``cancel_order``,
-``count_rows``, ...) also get ``success/intent/<intent>`` (training rollouts) and
+``flight_count``, ...) also get ``success/intent/<intent>`` (training rollouts) and
 ``eval/success/intent/<intent>`` (evaluation): the success rate of the episodes of that intent in the batch.
 An intent with no episode in a batch has no value at that step (it is left out, not logged as 0).
 """

@@ -117,6 +117,11 @@ class Trainer:
         self.env_options = cfg.env.options()
         self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
         make_env(self.env_cls, **eval_env_options(self.env_cls, self.env_options, cfg.eval.env))  # and eval's
+        need = getattr(self.env_cls, "min_new_tokens", 0)
+        if cfg.agent.max_new_tokens < need:
+            self.console.print(f"[yellow]warning:[/] agent.max_new_tokens={cfg.agent.max_new_tokens} is too short for "
+                               f"a tool call in env {escape(cfg.env.name)}; every reply will be cut off. Use "
+                               f"agent.max_new_tokens=96 (at least {need}).")
         self.out_dir = Path(cfg.train.out_dir)
         self._check_out_dir()  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)

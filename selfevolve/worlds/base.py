@@ -180,6 +180,9 @@ class ToolWorld(TextEnv):
         cls.toolset = ToolSet.from_class(cls)
         cls.tools = cls.toolset.schemas()  # function calling through the chat template (agent/prompt.py)
 
+    # A reply must hold one JSON tool call (~20-60 tokens); the trainer warns below this reply budget.
+    min_new_tokens = 48
+
     def __init__(self, split: str = "train", level: int | None = None, max_turns: int = 10,
                  invalid_penalty: float = 0.1, tool_error_penalty: float = 0.0):
         _check_options(self.name, split, level, self.levels, max_turns, invalid_penalty, tool_error_penalty)
