@@ -214,8 +214,20 @@ class Policy:
         body, head = self._body_and_head()
         ids = batch["real_ids"]
         cache = DynamicCache()
-        hidden = body(input_ids=ids, attention_mask=batch.get("real_mask"), position_ids=batch["real_pos"],
-                      past_key_values=cache, use_cache=True).last_hidden_state
+        P = batch.get("prefix_len", 0)
+        mask = batch.get("real_mask")
+        if P > 0:
+            # the prefix every episode shares (system prompt, few-shot turns): encoded once, its keys and values
+            # repeated for every row; gradients flow back through the sharing
+            first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], past_key_values=cache,
+                         use_cache=True).last_hidden_state
+            cache.batch_repeat_interleave(ids.shape[0])
+            rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
+                        position_ids=batch["real_pos"][:, P:], past_key_values=cache, use_cache=True).last_hidden_state
+            hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
+        else:
+            hidden = body(input_ids=ids, attention_mask=mask, position_ids=batch["real_pos"],
+                          past_key_values=cache, use_cache=True).last_hidden_state
         B, L, H = hidden.shape
         vmask = batch["value_mask"]
         if with_values and self.value_head is not None and batch["cp_ids"].shape[1] > 0:

@@ -251,7 +251,20 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     }
     if real_mask is not None:
         out["real_mask"] = real_mask
-    return {k: v.to(device) for k, v in out.items()} if device is not None else out
+    out = {k: v.to(device) for k, v in out.items()} if device is not None else out
+    out["prefix_len"] = _shared_prefix(real_ids, real_seg, [new[b][e.pred[0]] for b, e in enumerate(episodes) if e.pred])
+    return out
+
+
+def _shared_prefix(real_ids: torch.Tensor, real_seg: torch.Tensor, first_pred: list[int]) -> int:
+    """Length of the real tokens every episode starts with (system prompt, few-shot turns), stopping before the
+    first action's predictor: encoded once for the whole batch. 0 when not worth it."""
+    if real_ids.shape[0] < 2 or not first_pred:
+        return 0
+    same = (real_ids == real_ids[:1]).all(0) & (real_seg == 0).all(0)
+    P = int(same.long().cumprod(0).sum())
+    P = min(P, min(first_pred))
+    return P if P >= 16 else 0
 
 
 def critic_rows(ep: ShadowEpisode) -> list[tuple[list[int], list[int]]]:
