@@ -8,7 +8,8 @@ trained four ways:
 - ``ppo_separate`` PPO with a separate critic model (a second copy of the model, its own LoRA and value head):
                    a no-grad critic pass for the rollout-time values, then actor and critic forwards;
 - ``ppo_shared``   selfevolve's ``algo.name=ppo`` (value head on the actor's own body, read at each turn's last
-                   prompt token): a no-grad values pass, then one forward.
+                   prompt token): a no-grad values pass, then one forward;
+- ``grpo``         no critic at all (the floor: one actor forward).
 
 Each (method, n) runs in a fresh process, so its memory is its own: "peak" is the highest resident set size
 sampled every 5 ms during the updates, minus the process's size just before the first one (model(s) loaded,
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 
-METHODS = ("self_ac", "per_turn", "ppo_separate", "ppo_shared")
+METHODS = ("self_ac", "per_turn", "ppo_separate", "ppo_shared", "grpo")
 
 
 def rss_mb() -> float:
@@ -101,7 +102,7 @@ def worker(method: str, n_turns: int, args) -> dict:
     name = {"per_turn": "self_ac", "ppo_separate": "ppo", "ppo_shared": "ppo"}.get(method, method)
     cfg = load_config(overrides=[f"model.name={args.model}", f"model.dtype={args.dtype}", f"algo.name={name}",
                                  f"algo.self_ac.forward={'per_turn' if method == 'per_turn' else 'shadow'}"])
-    policy = build_policy(cfg, critic=method != "ppo_separate")
+    policy = build_policy(cfg, critic=method not in ("ppo_separate", "grpo"))
     critic = build_policy(cfg, critic=True) if method == "ppo_separate" else None
     builder = build_prompt(cfg, policy, FrozenLakeEnv())
     trajs = episodes(cfg, policy, builder, n_turns, args.episodes)
@@ -120,6 +121,9 @@ def worker(method: str, n_turns: int, args) -> dict:
         tokens = sum(len(r) for r in build_rows(trajs, zeros))
 
         def update():
+            if method == "grpo":
+                ppo_update(policy, opt, build_rows(trajs, [[1.0] * n_turns for _ in trajs]), cfg.algo, rng)
+                return
             # PPO needs the rollout-time values before its update (GAE): one no-grad pass of the critic
             values = compute_values(critic or policy, build_rows(trajs, zeros), cfg.algo.micro_batch_tokens)
             per = {}
@@ -192,13 +196,15 @@ def main() -> None:
         json.dump(results, f, indent=1)
     by = {(r["method"], r["turns"]): r for r in results}
     print("\n| turns | " + " | ".join(f"{m} s (MB)" for m in args.methods) + " | per_turn ÷ self_ac | "
-          "ppo_separate ÷ self_ac |")
-    print("|---" * (len(args.methods) + 3) + "|")
+          "ppo_separate ÷ self_ac | self_ac ÷ grpo |")
+    print("|---" * (len(args.methods) + 4) + "|")
     summary = []
     for n in args.turns:
         cells = [f"{by[m, n]['seconds']:.2f} ({by[m, n]['peak_mb']:.0f})" for m in args.methods]
         ratio = lambda m: by[m, n]["seconds"] / by["self_ac", n]["seconds"] if (m, n) in by and ("self_ac", n) in by else float("nan")
-        print(f"| {n} | " + " | ".join(cells) + f" | {ratio('per_turn'):.2f}x | {ratio('ppo_separate'):.2f}x |")
+        over_grpo = 1 / ratio("grpo") if ratio("grpo") == ratio("grpo") else float("nan")
+        print(f"| {n} | " + " | ".join(cells) + f" | {ratio('per_turn'):.2f}x | {ratio('ppo_separate'):.2f}x | "
+              f"{over_grpo:.2f}x |")
         summary.append(f"n={n}: per_turn/self_ac {ratio('per_turn'):.2f}x, ppo_separate/self_ac {ratio('ppo_separate'):.2f}x")
     print("SUMMARY " + "; ".join(summary))
 
