@@ -102,6 +102,17 @@ def collate(rows: list[Row], pad_id: int, device=None) -> dict[str, torch.Tensor
     return {k: v.to(device) for k, v in out.items()} if device is not None else out
 
 
+def minibatch_schedule(items: list, algo, rng):
+    """The update's minibatches: ``algo.epochs`` passes over ``items`` in a fresh random order (``rng``), each
+    split into ``algo.minibatches`` interleaved parts — one optimizer step each."""
+    for _ in range(algo.epochs):
+        order = items[:]
+        rng.shuffle(order)
+        n_mb = min(algo.minibatches, len(order))
+        for m in range(n_mb):
+            yield order[m::n_mb]
+
+
 def micro_batches(rows: list[Row], max_tokens: int) -> list[list[Row]]:
     """Split rows (sorted by length, to waste little padding) into chunks of at most ``max_tokens`` padded tokens."""
     chunks, cur, cur_max = [], [], 0

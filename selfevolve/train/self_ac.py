@@ -21,7 +21,7 @@ import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
 from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, turn_logprobs
-from selfevolve.train.samples import micro_batches
+from selfevolve.train.samples import micro_batches, minibatch_schedule
 from selfevolve.train.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
 
 
@@ -111,46 +111,41 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
     params = policy.trainable_parameters()
     policy.model.eval()  # no dropout: the update must see the function that sampled
     seen: set[int] = set()
-    for _ in range(algo.epochs):
-        order = episodes[:]
-        rng.shuffle(order)
-        n_mb = min(algo.minibatches, len(order))
-        for m in range(n_mb):
-            mb = order[m::n_mb]
-            n_values = sum(len(e.cp_end) for e in mb)
-            n_actor = sum(_actor_units(e, sac.ratio) for e in mb)
-            optimizer.zero_grad(set_to_none=True)
-            st_mb: dict[str, float] = {}
-            for chunk in micro_batches(mb, algo.micro_batch_tokens):
-                batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True,
-                                                           micro_batch_tokens=algo.micro_batch_tokens)
-                losses, st = self_ac_losses(batch, logp, values, sac, algo)
-                wc = sum(len(e.cp_end) for e in chunk) / max(n_values, 1)
-                wa = sum(_actor_units(e, sac.ratio) for e in chunk) / max(n_actor, 1)
-                loss = sac.alpha * wc * losses["critic"] + (1 - sac.alpha) * wa * losses["actor"]
-                st["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
-                if algo.kl_coef > 0:
-                    with torch.no_grad(), policy.reference():
-                        ref, _, _ = policy.forward_shadow(batch, with_values=False)
-                    kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
-                    loss = loss + algo.kl_coef * logp.numel() / max(sum(len(e.target) for e in mb), 1) * kl
-                    st["kl"] = float(kl.detach())
-                loss.backward()
-                for k, v in st.items():
-                    st_mb[k] = st_mb.get(k, 0.0) + (wc if k.startswith(("loss/td", "loss/critic", "value/")) else wa) * v
-                for b, e in enumerate(chunk):
-                    if id(e) not in seen:
-                        seen.add(id(e))
-                        e.values = values[b, : len(e.cp_end)].detach().float().cpu().tolist()
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
-            optimizer.step()
-            st_mb["grad_norm"] = float(grad_norm)
-            if st_mb["loss/critic_zero"] > 1e-8:
-                # 1 = the critic explains nothing a constant 0 would not; it falls as V learns the returns
-                st_mb["value/loss_ratio"] = st_mb["loss/critic"] / st_mb["loss/critic_zero"]
-            for k, v in st_mb.items():
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + 1
+    for mb in minibatch_schedule(episodes, algo, rng):
+        n_values = sum(len(e.cp_end) for e in mb)
+        n_actor = sum(_actor_units(e, sac.ratio) for e in mb)
+        optimizer.zero_grad(set_to_none=True)
+        st_mb: dict[str, float] = {}
+        for chunk in micro_batches(mb, algo.micro_batch_tokens):
+            batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True,
+                                                       micro_batch_tokens=algo.micro_batch_tokens)
+            losses, st = self_ac_losses(batch, logp, values, sac, algo)
+            wc = sum(len(e.cp_end) for e in chunk) / max(n_values, 1)
+            wa = sum(_actor_units(e, sac.ratio) for e in chunk) / max(n_actor, 1)
+            loss = sac.alpha * wc * losses["critic"] + (1 - sac.alpha) * wa * losses["actor"]
+            st["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
+            if algo.kl_coef > 0:
+                with torch.no_grad(), policy.reference():
+                    ref, _, _ = policy.forward_shadow(batch, with_values=False)
+                kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
+                loss = loss + algo.kl_coef * logp.numel() / max(sum(len(e.target) for e in mb), 1) * kl
+                st["kl"] = float(kl.detach())
+            loss.backward()
+            for k, v in st.items():
+                st_mb[k] = st_mb.get(k, 0.0) + (wc if k.startswith(("loss/td", "loss/critic", "value/")) else wa) * v
+            for b, e in enumerate(chunk):
+                if id(e) not in seen:
+                    seen.add(id(e))
+                    e.values = values[b, : len(e.cp_end)].detach().float().cpu().tolist()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
+        optimizer.step()
+        st_mb["grad_norm"] = float(grad_norm)
+        if st_mb["loss/critic_zero"] > 1e-8:
+            # 1 = the critic explains nothing a constant 0 would not; it falls as V learns the returns
+            st_mb["value/loss_ratio"] = st_mb["loss/critic"] / st_mb["loss/critic_zero"]
+        for k, v in st_mb.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
     return {k: v / counts[k] for k, v in sums.items()}
 
 

@@ -16,7 +16,7 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
-from selfevolve.train.samples import Row, collate, micro_batches, shared_prefix_len
+from selfevolve.train.samples import Row, collate, micro_batches, minibatch_schedule, shared_prefix_len
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
@@ -34,69 +34,64 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
     # The model stays in eval mode: gradients flow all the same, and no dropout makes the recomputed log-probs
     # differ from the ones that sampled.
     policy.model.eval()
-    for _ in range(algo.epochs):
-        order = rows[:]
-        rng.shuffle(order)
-        n_mb = min(algo.minibatches, len(order))
-        for m in range(n_mb):
-            mb = order[m::n_mb]
-            n_tokens = sum(len(r.advantages) for r in mb)
-            n_turns = sum(len(r.returns) for r in mb)
-            optimizer.zero_grad(set_to_none=True)
-            st_mb: dict[str, float] = {}
-            for chunk in micro_batches(mb, algo.micro_batch_tokens):
-                b = collate(chunk, policy.pad_id, policy.device)
-                P = shared_prefix_len(chunk)
-                logp, ent, values = policy.forward_rows(
-                    b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
-                    value_mask=b["value_mask"] if critic else None,
-                )
-                if objective == "nll":
-                    loss = -logp.mean()
-                    (loss * logp.numel() / n_tokens).backward()
-                    for k, v in {"loss/bc": float(loss.detach()), "entropy": float(ent.mean())}.items():
-                        st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
-                    continue
-                ones = torch.ones_like(logp)[None]
-                loss, st = ppo_clip_loss(
-                    logp[None],
-                    b["old_logprobs"][None],
-                    b["advantages"][None],
-                    ones,
-                    clip_low=algo.clip_low,
-                    clip_high=algo.clip_high,
-                    dual_clip=algo.dual_clip,
-                )
-                st = {k: float(v) for k, v in st.items()}
-                st["loss/policy"] = float(loss.detach())
-                st["entropy"] = float(ent.mean())
-                if algo.kl_coef > 0:
-                    with torch.no_grad(), policy.reference():
-                        ref, _ = policy.action_logprobs(
-                            b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P
-                        )
-                    kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
-                    loss = loss + algo.kl_coef * kl
-                    st["kl"] = float(kl.detach())
-                w = logp.numel() / n_tokens
-                loss = loss * w
-                weighted = [(w, st)]
-                if critic:
-                    vloss, vst = value_loss(values, b["old_values"], b["returns"], clip=vf_clip)
-                    wv = values.numel() / max(n_turns, 1)  # turn-mean across micro-batches
-                    loss = loss + vf_coef * wv * vloss
-                    weighted.append((wv, {"loss/value": float(vloss.detach()),
-                                          "value/mean": float(values.detach().mean()), **vst}))
-                loss.backward()
-                for weight, stats in weighted:
-                    for k, v in stats.items():
-                        st_mb[k] = st_mb.get(k, 0.0) + weight * v
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
-            optimizer.step()
-            st_mb["grad_norm"] = float(grad_norm)
-            for k, v in st_mb.items():
-                sums[k] = sums.get(k, 0.0) + v
-            count += 1
+    for mb in minibatch_schedule(rows, algo, rng):
+        n_tokens = sum(len(r.advantages) for r in mb)
+        n_turns = sum(len(r.returns) for r in mb)
+        optimizer.zero_grad(set_to_none=True)
+        st_mb: dict[str, float] = {}
+        for chunk in micro_batches(mb, algo.micro_batch_tokens):
+            b = collate(chunk, policy.pad_id, policy.device)
+            P = shared_prefix_len(chunk)
+            logp, ent, values = policy.forward_rows(
+                b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
+                value_mask=b["value_mask"] if critic else None,
+            )
+            if objective == "nll":
+                loss = -logp.mean()
+                (loss * logp.numel() / n_tokens).backward()
+                for k, v in {"loss/bc": float(loss.detach()), "entropy": float(ent.mean())}.items():
+                    st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
+                continue
+            ones = torch.ones_like(logp)[None]
+            loss, st = ppo_clip_loss(
+                logp[None],
+                b["old_logprobs"][None],
+                b["advantages"][None],
+                ones,
+                clip_low=algo.clip_low,
+                clip_high=algo.clip_high,
+                dual_clip=algo.dual_clip,
+            )
+            st = {k: float(v) for k, v in st.items()}
+            st["loss/policy"] = float(loss.detach())
+            st["entropy"] = float(ent.mean())
+            if algo.kl_coef > 0:
+                with torch.no_grad(), policy.reference():
+                    ref, _ = policy.action_logprobs(
+                        b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P
+                    )
+                kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
+                loss = loss + algo.kl_coef * kl
+                st["kl"] = float(kl.detach())
+            w = logp.numel() / n_tokens
+            loss = loss * w
+            weighted = [(w, st)]
+            if critic:
+                vloss, vst = value_loss(values, b["old_values"], b["returns"], clip=vf_clip)
+                wv = values.numel() / max(n_turns, 1)  # turn-mean across micro-batches
+                loss = loss + vf_coef * wv * vloss
+                weighted.append((wv, {"loss/value": float(vloss.detach()),
+                                      "value/mean": float(values.detach().mean()), **vst}))
+            loss.backward()
+            for weight, stats in weighted:
+                for k, v in stats.items():
+                    st_mb[k] = st_mb.get(k, 0.0) + weight * v
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
+        optimizer.step()
+        st_mb["grad_norm"] = float(grad_norm)
+        for k, v in st_mb.items():
+            sums[k] = sums.get(k, 0.0) + v
+        count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
 
 
