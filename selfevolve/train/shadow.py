@@ -206,7 +206,8 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     real_seg = _pad([[e.segment[j] for j in r] for e, r in zip(episodes, real)], -1)
     Lr = real_ids.shape[1]
     # each critic-prompt token: its state (the last real token before its prompt, in stage-1 index), its block
-    state = [[new[b][_state_end(e, e.block[j] - 1)] for j in c] for b, (e, c) in enumerate(zip(episodes, crit))]
+    ends = [[new[b][_state_end(e, k)] for k in range(len(e.cp_start))] for b, e in enumerate(episodes)]
+    state = [[ends[b][e.block[j] - 1] for j in c] for b, (e, c) in enumerate(zip(episodes, crit))]
     cp_ids = _pad([[e.ids[j] for j in c] for e, c in zip(episodes, crit)], pad_id)
     cp_pos = _pad([[e.positions[j] for j in c] for e, c in zip(episodes, crit)], 0)
     cp_seg = _pad([[e.segment[j] for j in c] for e, c in zip(episodes, crit)], -2)

@@ -270,15 +270,18 @@ class Trainer:
         return ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
                           vf_clip=cfg.algo.ppo.vf_clip)
 
+    def _shadow_episode(self, traj: Trajectory, rewards: list[float] | None = None, traj_index: int = 0):
+        """``traj`` as a Self-AC shadow-prompt episode (with the final state's critic prompt unless switched off)."""
+        final = final_state_ids(traj, self.builder) if self.cfg.algo.self_ac.final_state else None
+        return build_shadow_episode(traj, self.critic_prompt, final, rewards=rewards, traj_index=traj_index)
+
     def _record_values(self, trajs: list[Trajectory]) -> None:
         """V(s_0..s_n) on the trajectories the update did not see (dropped by filtering), without gradients, so
         that every logged trajectory carries its values."""
         todo = [t for t in trajs if "values" not in t.flags and t.steps]
         if not todo:
             return
-        final = self.cfg.algo.self_ac.final_state
-        eps = [build_shadow_episode(t, self.critic_prompt, final_state_ids(t, self.builder) if final else None)
-               for t in todo]
+        eps = [self._shadow_episode(t) for t in todo]
         for t, vals in zip(todo, episode_values(self.policy, eps, self.cfg.algo.micro_batch_tokens)):
             t.flags["values"] = [round(v, 5) for v in vals]
 
@@ -295,9 +298,7 @@ class Trainer:
             return [], metrics
         if cfg.algo.name == "self_ac":
             index = {id(t): i for i, t in enumerate(trajs)}
-            final = cfg.algo.self_ac.final_state
-            episodes = [build_shadow_episode(t, self.critic_prompt, final_state_ids(t, self.builder) if final else None,
-                                             rewards=r, traj_index=index[id(t)])
+            episodes = [self._shadow_episode(t, rewards=r, traj_index=index[id(t)])
                         for t, r in zip(kept, batch.per_step(batch.step_rewards)) if t.steps]
             return episodes, metrics
         values = None
