@@ -200,6 +200,33 @@ class FilterConfig(_Section):
     drop_zero_std: bool = Field(False, description="Also drop every group whose rewards are all equal.")
 
 
+class RolloutConfig(_Section):
+    search: Literal["sample", "best_of_n", "beam", "lookahead"] = Field(
+        "sample", description="How training trajectories are generated (docs/search.md): sample (one rollout per "
+        "trajectory), best_of_n (search.n rollouts, keep the best), beam (per turn: search.m candidates per beam, "
+        "keep the search.beams best), lookahead (beam whose candidates are scored after search.depth more turns).")
+
+
+class SearchConfig(_Section):
+    n: int = Field(4, ge=1, description="best_of_n: rollouts per kept trajectory.")
+    m: int = Field(4, ge=1, description="beam/lookahead: candidate actions sampled per beam and turn.")
+    beams: int = Field(2, ge=1, description="beam/lookahead: partial trajectories kept after each turn (B).")
+    depth: int = Field(2, ge=1, description="lookahead: policy turns rolled after each candidate before scoring.")
+    scorer: Literal["reward", "progress", "value", "weighted"] = Field(
+        "reward", description="Score of a (partial) trajectory: reward (its summed rewards so far), progress (the "
+        "environment's progress heuristic of the state reached; 0 for a failed end, 1 for success), value (summed "
+        "rewards + the value head's V of the state reached; needs algo.name=self_ac or ppo), weighted "
+        "(w_reward·reward + w_progress·progress + w_value·value).")
+    w_reward: float = Field(1.0, ge=0, description="Weight of the reward score in scorer=weighted.")
+    w_progress: float = Field(1.0, ge=0, description="Weight of the progress score in scorer=weighted.")
+    w_value: float = Field(0.0, ge=0, description="Weight of the value score in scorer=weighted (> 0 needs a value head).")
+    keep: Literal["best", "all"] = Field(
+        "best", description="beam/lookahead: keep the best final beam per search, or all surviving beams (then "
+        "each task runs algo.group_size / search.beams searches).")
+    reuse_cache: bool = Field(True, description="Candidates continue from their parent's key/value cache instead "
+                              "of re-encoding the shared history (exact; off only to measure the saving).")
+
+
 class TrainConfig(_Section):
     steps: int = Field(20, ge=0, description="Training steps (rollouts + update each).")
     tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")
@@ -240,6 +267,8 @@ class Config(_Section):
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
@@ -260,6 +289,25 @@ class Config(_Section):
                     raise ValueError(
                         f"eval.env.{key}: not an option of env {self.env.name!r}; allowed: {', '.join(allowed)}"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_search(self):
+        s = self.search
+        if self.rollout.search in ("beam", "lookahead") and s.keep == "all" and self.algo.group_size % s.beams:
+            raise ValueError(
+                f"search.keep=all keeps search.beams={s.beams} trajectories per search, so algo.group_size "
+                f"({self.algo.group_size}) must be a multiple of it"
+            )
+        needs_value = s.scorer == "value" or (s.scorer == "weighted" and s.w_value > 0)
+        if needs_value and self.rollout.search not in ("beam", "lookahead"):
+            raise ValueError(f"search.scorer={s.scorer} reads the value head of partial trajectories: it applies "
+                             f"to rollout.search=beam or lookahead, not {self.rollout.search}")
+        if needs_value and self.algo.name not in ("self_ac", "ppo"):
+            raise ValueError(f"search.scorer={s.scorer} needs a value head: algo.name must be self_ac or ppo, "
+                             f"not {self.algo.name}")
+        if s.scorer == "weighted" and s.w_reward + s.w_progress + s.w_value <= 0:
+            raise ValueError("search.scorer=weighted: at least one of w_reward, w_progress, w_value must be > 0")
         return self
 
 

@@ -26,6 +26,7 @@ row of its own, so each reply is trained on exactly the input it was sampled fro
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 
@@ -78,6 +79,13 @@ class EpisodeContext:
 
     def render(self) -> list[int]:
         return self.b.render(self.b.header(self.instruction) + self.body)
+
+    def fork(self) -> "EpisodeContext":
+        """An independent copy (a search branch): later advances of either leave the other unchanged."""
+        other = copy.copy(self)
+        other.observations, other.replies = list(self.observations), list(self.replies)
+        other.body, other.calls = list(self.body), list(self.calls)
+        return other
 
     def advance(self, reply_ids: list[int], reply_text: str, observation: str) -> None:
         """The model answered ``reply_ids`` (``reply_text``) and the world showed ``observation``."""

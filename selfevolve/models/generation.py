@@ -76,6 +76,16 @@ class KVState:
         self.cache.batch_select_indices(idx)
         return KVState(self.cache, self.mask[idx], [self.seqs[i] for i in rows], self.next_pos[idx])
 
+    def gather(self, rows: list[int]) -> "KVState":
+        """A new state holding ``rows`` of this one, in that order, repeats allowed (a search node's M children
+        all start from its cache). Unlike :meth:`select` this copies: ``self`` stays usable, so a candidate
+        can be explored (lookahead) and later continued from the same cache."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        cache = DynamicCache()
+        for i, layer in enumerate(self.cache.layers):
+            cache.update(layer.keys.index_select(0, idx), layer.values.index_select(0, idx), i)
+        return KVState(cache, self.mask[idx], [list(self.seqs[i]) for i in rows], self.next_pos[idx])
+
     def extends(self, prompts: list[list[int]]) -> bool:
         return len(prompts) == len(self.seqs) and all(
             len(p) > len(s) and p[: len(s)] == s for p, s in zip(prompts, self.seqs)
@@ -198,3 +208,43 @@ def generate(
     return out
 
 
+
+
+@torch.no_grad()
+def read_values(
+    body,
+    value_head,
+    prompts: list[list[int]],
+    suffix: list[int],
+    state: KVState | None = None,
+) -> tuple[list[float], KVState | None]:
+    """The value head on the last token of ``prompt + suffix`` for each prompt (``suffix``: Self-AC's critic
+    prompt, or nothing for PPO's value at the last prompt token), and a cache for the next generation.
+
+    With ``state`` (caches whose rows each prompt extends: a search node's previous turn) only the new tokens
+    and the suffix are encoded. Afterwards the suffix and each prompt's last token are cropped off the cache
+    again: every row then holds ``prompt[:-1]``, so the returned state continues exactly as if the values had
+    never been read (the next ``generate`` encodes the last prompt token and goes on). Rows are left-padded,
+    which puts the suffix and each prompt's last token in the final columns of every row: one crop removes them.
+    """
+    device = next(body.parameters()).device
+    B = len(prompts)
+    if state is not None and state.extends(prompts):
+        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
+        chunks = [p[len(s):] for p, s in zip(prompts, state.seqs)]
+    else:
+        cache = DynamicCache()
+        old_mask = torch.ones((B, 0), dtype=torch.long, device=device)
+        base_pos = torch.zeros(B, dtype=torch.long, device=device)
+        chunks = [list(p) for p in prompts]
+    pad = 0
+    ids, new_mask = _pad_left([c + list(suffix) for c in chunks], pad, device)
+    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([old_mask, new_mask], dim=1)
+    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                  use_cache=True).last_hidden_state[:, -1]
+    values = value_head(hidden).tolist()
+    keep = mask.shape[1] - len(suffix) - 1
+    cache.crop(-(len(suffix) + 1))  # remove that many trailing columns
+    lengths = torch.tensor([len(c) for c in chunks], device=device)
+    return values, KVState(cache, mask[:, :keep], [list(p[:-1]) for p in prompts], base_pos + lengths - 1)

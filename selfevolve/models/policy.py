@@ -20,7 +20,7 @@ from peft import PeftModel, get_peft_model
 
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.models.generation import Generation, KVState, generate
+from selfevolve.models.generation import Generation, KVState, generate, read_values
 from selfevolve.models.value_head import ValueHead
 
 VALUE_PREFIX = "value_head."
@@ -76,13 +76,16 @@ class Policy:
         generator: torch.Generator | None = None,
         state: KVState | None = None,
         max_new_tokens: int | None = None,
+        share_prefix: bool = True,
     ) -> Generation:
         """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional);
-        ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call)."""
+        ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call);
+        ``share_prefix=False`` encodes every prompt in full (only for measuring what the sharing saves)."""
         was_training = self.model.training
         self.model.eval()
         try:
-            prefix = [] if state is not None and state.extends(prompts) else common_prefix(prompts)
+            reuse = state is not None and state.extends(prompts)
+            prefix = [] if reuse or not share_prefix else common_prefix(prompts)
             # The shared prefix (system prompt + few-shot turns) is encoded once for the whole batch; every
             # prompt must keep at least one token of its own.
             if prefix and len(prefix) >= min(len(p) for p in prompts):
@@ -99,6 +102,19 @@ class Policy:
                 prefix_ids=prefix if len(prefix) >= 16 and len(prompts) > 1 else None,
                 state=state,
             )
+        finally:
+            self.model.train(was_training)
+
+    def state_values(self, prompts: list[list[int]], suffix: list[int], state: KVState | None = None):
+        """``(values, state)``: the value head read at the end of ``prompt + suffix`` for each prompt, and a cache
+        that the next :meth:`generate` of the same prompts continues from (see ``generation.read_values``)."""
+        if self.value_head is None:
+            raise ConfigError("reading state values needs a value head (algo.name=self_ac or ppo)")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            body, _ = self._body_and_head()
+            return read_values(body, self.value_head, prompts, suffix, state)
         finally:
             self.model.train(was_training)
 

@@ -69,37 +69,14 @@ def rollout(
             stats.generate_calls += 1
         still = []
         for k, i in enumerate(active):
-            env, text = envs[i], policy.decode(gen.ids[k])
-            key = env.state_key()
-            try:
-                obs, reward, done, info = env.step(parse_action(text))
-            except Exception as e:  # noqa: BLE001 - a buggy environment must not take the whole run down
-                _warn_env_error(env, e)
-                obs, reward, done, info = f"[environment error: {e}]", 0.0, True, {
-                    "success": False, "valid_action": False, "env_error": repr(e)}
-            truncated = not done and turn == max_turns - 1
-            trajs[i].steps.append(
-                Step(
-                    prompt_ids=prompts[k],
-                    action_ids=gen.ids[k],
-                    logprobs=gen.logprobs[k],
-                    entropy=gen.entropy[k],
-                    top1=gen.top1[k],
-                    top2=gen.top2[k],
-                    action_text=text,
-                    observation=obs,
-                    reward=float(reward),
-                    done=bool(done or truncated),
-                    valid=bool(info.get("valid_action", True)),
-                    state_key=str(key),
-                    info={k2: v for k2, v in info.items() if _jsonable(v)} | {"truncated": truncated},
-                    calls=contexts[i].take_calls(),
-                )
-            )
-            trajs[i].success = bool(info.get("success", False))
-            if not done:
+            text = policy.decode(gen.ids[k])
+            step = play(envs[i], text, gen, k, prompts[k], last_turn=turn == max_turns - 1,
+                        calls=contexts[i].take_calls())
+            trajs[i].steps.append(step)
+            trajs[i].success = bool(step.info.get("success", False))
+            if not step.done:
                 still.append(i)
-                contexts[i].advance(gen.ids[k], text, obs)
+                contexts[i].advance(gen.ids[k], text, step.observation)
         if still and gen.state is not None and reuse_cache:
             keep = set(still)
             kv = gen.state.select([k for k, i in enumerate(active) if i in keep])
@@ -107,6 +84,35 @@ def rollout(
     if stats is not None:
         stats.seconds += time.perf_counter() - t0
     return trajs
+
+
+def play(env: TextEnv, text: str, gen, k: int, prompt: list[int], *, last_turn: bool, calls: list) -> Step:
+    """Step ``env`` on reply ``k`` of generation ``gen`` (decoded as ``text``) and record the turn. ``done`` of
+    the step is also set when the turn limit cuts the episode (``info["truncated"]``)."""
+    key = env.state_key()
+    try:
+        obs, reward, done, info = env.step(parse_action(text))
+    except Exception as e:  # noqa: BLE001 - a buggy environment must not take the whole run down
+        _warn_env_error(env, e)
+        obs, reward, done, info = f"[environment error: {e}]", 0.0, True, {
+            "success": False, "valid_action": False, "env_error": repr(e)}
+    truncated = not done and last_turn
+    return Step(
+        prompt_ids=prompt,
+        action_ids=gen.ids[k],
+        logprobs=gen.logprobs[k],
+        entropy=gen.entropy[k],
+        top1=gen.top1[k],
+        top2=gen.top2[k],
+        action_text=text,
+        observation=obs,
+        reward=float(reward),
+        done=bool(done or truncated),
+        valid=bool(info.get("valid_action", True)),
+        state_key=str(key),
+        info={k2: v for k2, v in info.items() if _jsonable(v)} | {"truncated": truncated},
+        calls=calls,
+    )
 
 
 def _context_calls(policy, due: list[EpisodeContext], greedy, generator, stats) -> None:

@@ -40,6 +40,7 @@ from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 from selfevolve.rollout.runner import RolloutStats, rollout
+from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
@@ -53,13 +54,15 @@ from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
-_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter")
-_RUN_FILES = ("config.yaml", "metrics.jsonl", "trajectories.jsonl", "tensorboard", "checkpoints")
+_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search")
+_RUN_FILES = ("config.yaml", "metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", "tensorboard", "checkpoints")
 
 
 def _run_view(dump: dict, section: str):
     """A config section as compared on resume; env options with their defaults filled in."""
     value = dump.get(section)
+    if value is None:  # a run saved before the section existed ran with its defaults
+        value = Config().model_dump(mode="json").get(section)
     if section == "env" and isinstance(value, dict) and value.get("name") in ENVS:
         value = {**env_options(ENVS[value["name"]]), **value}
     return value
@@ -127,6 +130,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.policy = build_policy(cfg, critic=cfg.algo.name in CRITICS)
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
+        self.search = SearchSpec.from_config(cfg)
+        self.search_trees: list[dict] = []
         self.critic_prompt = None
         if cfg.algo.name == "self_ac":
             check_shadow_attention(self.policy)
@@ -149,7 +154,7 @@ class Trainer:
             self.policy.load_adapter_state(data["adapter"], value_head="optional")
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log of an earlier attempt
-            for name in ("metrics.jsonl", "trajectories.jsonl"):
+            for name in ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl"):
                 (self.out_dir / name).unlink(missing_ok=True)
 
     # ---- run folder -------------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ class Trainer:
         except (RuntimeError, TypeError) as e:
             raise SelfEvolveError(f"cannot resume {self.out_dir} on this device ({e}); resume on the kind of "
                                   f"device the run started on") from None
-        for name in ("metrics.jsonl", "trajectories.jsonl"):
+        for name in ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl"):
             truncate_jsonl(self.out_dir / name, self.step)
         self.resumed = True
         self.console.print(f"[bold]resuming[/] {escape(str(self.out_dir))} from step {self.step} ({ckpt.name})")
@@ -225,6 +230,8 @@ class Trainer:
         cfg = self.cfg
         G = cfg.algo.group_size
         tasks = self.tasks.next(cfg.train.tasks_per_step)
+        if self.search.name != "sample":
+            return self._search(tasks)
         rep = [t for t in tasks for _ in range(G)]
         envs = [make_env(self.env_cls, **self.env_options) for _ in rep]
         stats = RolloutStats()
@@ -234,9 +241,25 @@ class Trainer:
         )
         return trajs, stats
 
+    def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
+        """Trajectory-search rollouts (``rollout.search``): each task still yields ``algo.group_size`` kept
+        trajectories, from group_size searches (or group_size / beams with ``search.keep=all``)."""
+        spec = self.search
+        rep = [t for t in tasks for _ in range(self.cfg.algo.group_size // spec.kept_per_search())]
+        result = search_rollouts(
+            self.policy, lambda: make_env(self.env_cls, **self.env_options), rep, self.builder, spec,
+            max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
+            generator=self.generator, rng=self.rng,
+            critic_suffix=self.critic_prompt if self.cfg.algo.name == "self_ac" else [],
+        )
+        self.search_trees = result.trees
+        self.search_metrics = result.metrics()
+        return result.trajectories, result.stats
+
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.perf_counter()
+        self.search_metrics: dict[str, float] = {}
         trajs, stats = self.collect()
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
@@ -248,6 +271,7 @@ class Trainer:
         metrics = {
             **rollout_metrics(trajs),
             **credit_metrics,
+            **self.search_metrics,
             **upd,
             "time/rollout": t1 - t0,
             "time/update": t2 - t1,
@@ -257,6 +281,10 @@ class Trainer:
             with (self.out_dir / "trajectories.jsonl").open("a") as f:
                 for t in trajs:
                     f.write(json.dumps({"step": self.step, **t.to_dict(with_ids=False)}) + "\n")
+            if self.search_trees:
+                with (self.out_dir / "search_trees.jsonl").open("a") as f:
+                    for tree in self.search_trees:
+                        f.write(json.dumps({"step": self.step, **tree}) + "\n")
         return metrics
 
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:

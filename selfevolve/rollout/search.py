@@ -1,0 +1,424 @@
+"""Trajectory-search rollouts (TSR): spend extra generation at rollout time to build better training
+trajectories; the loss is untouched (``rollout.search``, ``docs/search.md``).
+
+- ``best_of_n``: N full rollouts per kept trajectory, keep the best score (the seed's τ* = argmax R(τ)).
+- ``beam``: per turn, every live beam samples M candidate actions; each child (action + the world's answer)
+  is scored, and the B best children of a search (finished beams compete too) are kept:
+  B_{t+1} = Top_B {τ_<t ∘ a_t | τ_<t ∈ B_t, a_t ∈ A_t}.
+- ``lookahead``: the same beam, but a child's score is that of the state reached after D more policy turns
+  from it (one sampled continuation, discarded afterwards).
+
+Scorers (``search.scorer``) look at a node — a partial trajectory and the world state it reached:
+``reward`` = its summed rewards; ``progress`` = the environment's progress heuristic (1 on success, 0 when the
+episode ended in failure); ``value`` = summed rewards + V(state) from the value head (Self-AC: read after the
+critic prompt; PPO: at the last prompt token; 0 at a finished episode), which keeps search informative when
+only the episode's end is rewarded; ``weighted`` = a weighted sum of the three.
+
+Everything is batched: each turn, the candidates of every search go through one generation call. Environments
+branch by ``snapshot``/``restore`` (one scratch environment per search). Shared prefixes are never re-encoded:
+a child starts from a copy of its parent's key/value cache (``KVState.gather``), so each turn encodes only the
+new observation tokens, for every candidate and every lookahead continuation.
+
+What becomes training data: the best final beam of each search (``search.keep=best``) or all surviving beams
+(``all``). Each kept step carries the log-probs its action was sampled with, so any advantage estimator
+applies; kept beams share their early steps' states, which GiGPO's anchor groups pick up by state key.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from selfevolve.agent.context import EpisodeContext
+from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.envs.base import TextEnv
+from selfevolve.models.generation import KVState
+from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout
+from selfevolve.types import Step, Task, Trajectory
+
+SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
+SCORERS = ("reward", "progress", "value", "weighted")
+
+
+@dataclass
+class SearchSpec:
+    """The ``rollout.search`` strategy with the ``search.*`` settings (see ``config.SearchConfig``)."""
+
+    name: str = "beam"
+    n: int = 4
+    m: int = 4
+    beams: int = 2
+    depth: int = 2
+    scorer: str = "reward"
+    w_reward: float = 1.0
+    w_progress: float = 1.0
+    w_value: float = 0.0
+    keep: str = "best"
+    reuse_cache: bool = True
+    share_prefix: bool = True  # the batch-wide prompt prefix (few-shot header); off only in benchmarks
+
+    def __post_init__(self):
+        if self.name not in SEARCHES:
+            raise ValueError(f"rollout.search must be one of {', '.join(SEARCHES)}, got {self.name!r}")
+        if self.scorer not in SCORERS:
+            raise ValueError(f"search.scorer must be one of {', '.join(SCORERS)}, got {self.scorer!r}")
+
+    @classmethod
+    def from_config(cls, cfg) -> "SearchSpec":
+        s = cfg.search
+        return cls(cfg.rollout.search, s.n, s.m, s.beams, s.depth, s.scorer, s.w_reward, s.w_progress, s.w_value,
+                   s.keep, s.reuse_cache)
+
+    @property
+    def needs_value(self) -> bool:
+        return self.scorer == "value" or (self.scorer == "weighted" and self.w_value > 0)
+
+    def kept_per_search(self) -> int:
+        return self.beams if self.name in ("beam", "lookahead") and self.keep == "all" else 1
+
+
+@dataclass
+class Node:
+    """A partial trajectory in a search tree: its steps, the world state it reached (a snapshot) and its score."""
+
+    id: int
+    parent: int | None
+    search: int
+    snapshot: Any
+    context: EpisodeContext
+    steps: list[Step] = field(default_factory=list)
+    done: bool = False  # the episode is over (finished by the world or cut by the turn limit)
+    failed: bool = False  # the world ended it without success
+    success: bool = False
+    progress: float = 0.0
+    value: float = 0.0
+    score: float = 0.0
+    row: int | None = None  # its row in the current key/value cache, while it is alive
+    lookahead: dict | None = None  # what its lookahead continuation reached (lookahead search)
+
+    @property
+    def reward(self) -> float:
+        return float(sum(s.reward for s in self.steps))
+
+
+def node_scores(node: Node) -> dict[str, float]:
+    """The three base scores of a node (see the module docstring)."""
+    progress = 1.0 if node.success else 0.0 if node.failed else node.progress
+    value = node.reward + (0.0 if node.done else node.value)
+    return {"reward": node.reward, "progress": progress, "value": value}
+
+
+def score(node: Node, spec: SearchSpec) -> float:
+    s = node_scores(node)
+    if spec.scorer == "weighted":
+        return spec.w_reward * s["reward"] + spec.w_progress * s["progress"] + spec.w_value * s["value"]
+    return s[spec.scorer]
+
+
+def top(nodes: list[Node], k: int, rng: random.Random) -> list[Node]:
+    """The ``k`` best-scored nodes; ties are broken at random (a fixed order would favour the first sample)."""
+    order = list(nodes)
+    rng.shuffle(order)
+    return sorted(order, key=lambda n: -n.score)[:k]
+
+
+@dataclass
+class SearchStats(RolloutStats):
+    """Generation counts of a search batch (every candidate and lookahead turn included)."""
+
+    candidates: int = 0  # children created (actions sampled and stepped), lookahead continuations excluded
+    lookahead_tokens: int = 0  # generated in lookahead continuations (part of new_tokens)
+
+
+@dataclass
+class SearchResult:
+    trajectories: list[Trajectory]
+    trees: list[dict]  # per search: {"task", "nodes": [{id, parent, turn, action, observation, reward, score, ...}]}
+    stats: SearchStats
+
+    def metrics(self) -> dict[str, float]:
+        """``search/compute_multiple``: tokens generated per kept trajectory ÷ the tokens of a kept trajectory's
+        own actions (1.0 for plain sampling, ~N for best-of-N, ~B·M for beam); ``search/kept_success``."""
+        kept = self.trajectories
+        own = sum(len(s.action_ids) for t in kept for s in t.steps)
+        return {
+            "search/compute_multiple": self.stats.new_tokens / max(1, own),
+            "search/kept_success": sum(t.success for t in kept) / max(1, len(kept)),
+            "search/candidates": float(self.stats.candidates),
+            "search/generated_tokens": float(self.stats.new_tokens),
+            "search/encoded_tokens": float(self.stats.prompt_tokens),
+        }
+
+
+class _Searcher:
+    """One batch of searches (one per task given), stepped in lockstep."""
+
+    def __init__(self, policy, envs, tasks, builder, spec, max_turns, generator, rng, critic_suffix):
+        self.policy, self.envs, self.tasks, self.builder = policy, envs, tasks, builder
+        self.spec, self.max_turns, self.generator, self.rng = spec, max_turns, generator, rng
+        self.suffix = list(critic_suffix or [])
+        self.stats = SearchStats()
+        self.tree: list[list[dict]] = [[] for _ in tasks]
+        self.records: dict[int, dict] = {}  # node id -> its entry in ``tree``
+        self.next_id = 0
+        if spec.needs_value and policy.value_head is None:
+            raise ValueError("search.scorer uses the value head, but the policy has none (algo.name=self_ac or ppo)")
+
+    # ---- nodes ------------------------------------------------------------------------------------------------
+    def new_node(self, parent: Node | None, search: int, env: TextEnv, context: EpisodeContext, steps: list[Step],
+                 turn: int, record: bool = True) -> Node:
+        last = steps[-1] if steps else None
+        info = last.info if last else {}
+        done = bool(last.done) if last else False
+        node = Node(self.next_id, parent.id if parent else None, search, env.snapshot(), context, steps, done=done,
+                    failed=done and not info.get("truncated", False) and not info.get("success", False),
+                    success=bool(info.get("success", False)), progress=float(env.progress()))
+        self.next_id += 1
+        if record:
+            rec = {"id": node.id, "parent": node.parent, "turn": turn,
+                   "action": last.action_text if last else None,
+                   "observation": last.observation if last else context.observations[0],
+                   "reward": last.reward if last else 0.0, "done": done, "success": node.success}
+            self.tree[search].append(rec)
+            self.records[node.id] = rec
+        return node
+
+    def roots(self) -> list[Node]:
+        out = []
+        for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
+            ctx = EpisodeContext(self.builder, task.instruction, env.reset(task.seed))
+            out.append(self.new_node(None, s, env, ctx, [], turn=0))
+        return out
+
+    # ---- one turn ---------------------------------------------------------------------------------------------
+    def expand(self, parents: list[Node], m: int, state: KVState | None, turn: int, record: bool = True):
+        """Sample ``m`` actions for every parent in one generation call and step each in its own branch.
+        Returns ``(children, state)``; child k is row k of the returned cache state."""
+        _context_calls(self.policy, [p.context for p in parents if p.context.pending], False, self.generator,
+                       self.stats)
+        rows = [i for i in range(len(parents)) for _ in range(m)]
+        kv = state.gather([parents[i].row for i in rows]) if state is not None and self.spec.reuse_cache else None
+        prompts = [parents[i].context.prompt for i in rows]
+        gen = self.policy.generate(prompts, generator=self.generator, state=kv, share_prefix=self.spec.share_prefix)
+        self.count(gen)
+        children = []
+        for k, i in enumerate(rows):
+            parent = parents[i]
+            env = self.envs[parent.search]
+            env.restore(parent.snapshot)
+            text = self.policy.decode(gen.ids[k])
+            step = play(env, text, gen, k, prompts[k], last_turn=turn == self.max_turns - 1,
+                        calls=list(parent.context.calls))
+            ctx = parent.context.fork()
+            ctx.calls = []
+            if not step.done:
+                ctx.advance(gen.ids[k], text, step.observation)
+            child = self.new_node(parent, parent.search, env, ctx, parent.steps + [step], turn + 1, record)
+            child.row = k
+            children.append(child)
+        for p in parents:
+            p.context.calls = []
+        return children, gen.state
+
+    def count(self, gen) -> None:
+        self.stats.prompt_tokens += gen.prompt_tokens
+        self.stats.new_tokens += gen.new_tokens
+        self.stats.generate_calls += 1
+
+    def read_values(self, nodes: list[Node], state: KVState | None) -> KVState | None:
+        """Set ``value`` of every live node (one batched forward); returns a cache state of the live nodes
+        (in order, rows renumbered) that their next generation continues from."""
+        live = [n for n in nodes if not n.done]
+        if not live:
+            return None
+        kv = state.gather([n.row for n in live]) if state is not None and self.spec.reuse_cache else None
+        prompts = [n.context.prompt for n in live]
+        values, new_state = self.policy.state_values(prompts, self.suffix, kv)
+        cached = kv.seqs if kv is not None and kv.extends(prompts) else [[] for _ in live]
+        self.stats.prompt_tokens += sum(len(p) - len(c) + len(self.suffix) for p, c in zip(prompts, cached))
+        for r, (n, v) in enumerate(zip(live, values)):
+            n.value, n.row = float(v), r
+        return new_state
+
+    def evaluate(self, children: list[Node], state: KVState | None, turn: int) -> KVState | None:
+        """Score every child (lookahead: after ``depth`` more turns). Returns the cache state for the live ones."""
+        if self.spec.name == "lookahead":
+            self.look_ahead(children, state, turn)
+        elif self.spec.needs_value:
+            state = self.read_values(children, state)
+        for c in children:
+            if self.spec.name != "lookahead":
+                c.score = score(c, self.spec)
+            rec = self.records.get(c.id)
+            if rec is not None:
+                rec.update(score=round(c.score, 5), progress=round(c.progress, 5))
+                if self.spec.needs_value:
+                    rec["value"] = round(c.value, 5)
+                if c.lookahead is not None:
+                    rec["lookahead"] = c.lookahead
+        return state
+
+    def look_ahead(self, children: list[Node], state: KVState | None, turn: int) -> None:
+        """Roll ``depth`` more policy turns from each live child (one continuation each, discarded afterwards)
+        and give the child the score of the state reached."""
+        frontier = [c for c in children if not c.done]
+        leaves = {c.id: c for c in children}
+        sims = []
+        for c in frontier:  # a copy of the child that can move on without changing it
+            sim = Node(c.id, c.parent, c.search, c.snapshot, c.context.fork(), list(c.steps), progress=c.progress)
+            sim.row = c.row
+            sims.append(sim)
+        kv = state.gather([s.row for s in sims]) if state is not None and sims and self.spec.reuse_cache else None
+        for i, s in enumerate(sims):
+            s.row = i
+        t = turn + 1
+        for _ in range(self.spec.depth):
+            live = [s for s in sims if not s.done]
+            if not live or t >= self.max_turns:
+                break
+            before = self.stats.new_tokens
+            nxt, kv_next = self.expand(live, 1, kv, t, record=False)
+            self.stats.lookahead_tokens += self.stats.new_tokens - before
+            for s, n in zip(live, nxt):  # keep the child's identity: only its state moves on
+                s.snapshot, s.context, s.steps, s.done = n.snapshot, n.context, n.steps, n.done
+                s.failed, s.success, s.progress, s.row = n.failed, n.success, n.progress, n.row
+            kv = kv_next
+            still = [s for s in live if not s.done]
+            if still and kv is not None:
+                kv = kv.gather([s.row for s in still])
+                for r, s in enumerate(still):
+                    s.row = r
+            t += 1
+        if self.spec.needs_value:
+            self.read_values(sims, kv)
+        for c in children:
+            c.score = score(c, self.spec)  # finished children: their own state is final
+        for s in sims:
+            c = leaves[s.id]
+            c.score = score(s, self.spec)
+            c.lookahead = {"turns": len(s.steps) - len(c.steps), "reward": round(s.reward, 5),
+                           "success": s.success, "score": round(c.score, 5)}
+
+    # ---- strategies -------------------------------------------------------------------------------------------
+    def beam(self) -> list[list[Node]]:
+        spec = self.spec
+        roots = self.roots()
+        state = self.read_values(roots, None) if spec.needs_value else None
+        beams = [[r] for r in roots]
+        for turn in range(self.max_turns):
+            live = [n for b in beams for n in b if not n.done]
+            if not live:
+                break
+            children, state = self.expand(live, spec.m, state, turn)
+            self.stats.candidates += len(children)
+            state = self.evaluate(children, state, turn)
+            by_search: dict[int, list[Node]] = {}
+            for c in children:
+                by_search.setdefault(c.search, []).append(c)
+            for s, kids in by_search.items():
+                beams[s] = top([n for n in beams[s] if n.done] + kids, spec.beams, self.rng)
+            for b in beams:
+                for n in b:
+                    self.records[n.id].setdefault("beam_turns", []).append(turn + 1)
+            live = [n for b in beams for n in b if not n.done]
+            state = state.gather([n.row for n in live]) if state is not None and live else None
+            for r, n in enumerate(live):
+                n.row = r
+        return [top(b, len(b), self.rng) for b in beams]
+
+
+
+def search_rollouts(
+    policy,
+    make_env: Callable[[], TextEnv],
+    tasks: list[Task],
+    builder: PromptBuilder,
+    spec: SearchSpec,
+    *,
+    max_turns: int,
+    group_ids: list[str] | None = None,
+    generator: torch.Generator | None = None,
+    rng: random.Random | None = None,
+    critic_suffix: list[int] | None = None,
+) -> SearchResult:
+    """Run one search per ``tasks[i]``; return the kept trajectories (``spec.kept_per_search()`` per search, in
+    task order), the search trees and the generation counts. ``make_env()`` builds a fresh environment (one per
+    rollout for best-of-N, one scratch environment per search for beam and lookahead).
+
+    ``critic_suffix``: the ids appended to a state before its value is read (Self-AC's critic prompt; empty for
+    PPO's head). ``rng`` breaks score ties.
+    """
+    rng = rng or random.Random(0)
+    t0 = time.perf_counter()
+    gid = (lambda i: group_ids[i]) if group_ids else (lambda i: tasks[i].id)
+    if spec.needs_value and spec.name not in ("beam", "lookahead"):
+        raise ValueError(f"search.scorer={spec.scorer} reads the value head of partial trajectories: it applies to "
+                         f"beam and lookahead, not {spec.name} (use reward or progress)")
+    if spec.name == "sample":
+        stats = SearchStats()
+        trajs = rollout(policy, [make_env() for _ in tasks], tasks, builder, max_turns=max_turns, group_ids=group_ids,
+                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache)
+        stats.candidates = sum(len(t.steps) for t in trajs)
+        return SearchResult(trajs, [], stats)
+    if spec.name == "best_of_n":
+        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0)
+    searcher = _Searcher(policy, [make_env() for _ in tasks], tasks, builder, spec, max_turns, generator, rng, critic_suffix)
+    final = searcher.beam()
+    kept: list[Trajectory] = []
+    for s, nodes in enumerate(final):
+        chosen = nodes[: spec.kept_per_search()]
+        for n in chosen:
+            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success,
+                                   flags={"search": {"strategy": spec.name, "tree": s, "node": n.id,
+                                                     "score": round(n.score, 5)}}))
+            for i in _path_ids(searcher.tree[s], n.id):
+                searcher.records[i]["kept"] = True
+    searcher.stats.seconds = time.perf_counter() - t0
+    trees = [{"task": tasks[s].id, "strategy": spec.name, "scorer": spec.scorer, "nodes": searcher.tree[s]}
+             for s in range(len(tasks))]
+    return SearchResult(kept, trees, searcher.stats)
+
+
+def _path_ids(nodes: list[dict], leaf: int) -> set[int]:
+    parent = {n["id"]: n["parent"] for n in nodes}
+    out, cur = set(), leaf
+    while cur is not None:
+        out.add(cur)
+        cur = parent.get(cur)
+    return out
+
+
+def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0) -> SearchResult:
+    """N independent rollouts per search (one batched rollout of all of them); keep the best-scored one.
+    Scores are read at each rollout's final state (reward: R(τ))."""
+    n = spec.n
+    envs = [make_env() for _ in range(n * len(tasks))]
+    stats = SearchStats()
+    rep = [t for t in tasks for _ in range(n)]
+    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, generator=generator, stats=stats,
+                    reuse_cache=spec.reuse_cache)
+    stats.candidates = sum(len(t.steps) for t in trajs)
+    kept, trees = [], []
+    for s, task in enumerate(tasks):
+        group, nodes = trajs[s * n:(s + 1) * n], []
+        for j, (t, env) in enumerate(zip(group, envs[s * n:(s + 1) * n])):
+            info = t.steps[-1].info if t.steps else {}
+            node = Node(j, None, s, None, None, t.steps, done=True, success=t.success, progress=float(env.progress()),
+                        failed=bool(t.steps) and not info.get("truncated", False) and not t.success)
+            node.score = score(node, spec)
+            nodes.append(node)
+        best = top(nodes, 1, rng)[0]
+        t = group[best.id]
+        t.group_id = gid(s)
+        t.flags["search"] = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
+                             "scores": [round(x.score, 5) for x in nodes]}
+        kept.append(t)
+        trees.append({"task": task.id, "strategy": "best_of_n", "scorer": spec.scorer,
+                      "nodes": [{"id": j, "parent": None, "turn": len(x.steps), "score": round(x.score, 5),
+                                 "success": x.success, "kept": j == best.id} for j, x in enumerate(nodes)]})
+    stats.seconds = time.perf_counter() - t0
+    return SearchResult(kept, trees, stats)
