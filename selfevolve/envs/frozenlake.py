@@ -227,6 +227,9 @@ class FrozenLakeEnv(TextEnv):
         return f"{r},{c}" + (",done" if self.done else "")
 
     def progress(self) -> float:
+        """1 − Manhattan distance to the goal ÷ the grid's span; 0 in a hole (no way on from there)."""
+        if self._gym is not None and self._cell() == "H":
+            return 0.0
         r, c = self.position
         n_rows, n_cols = len(self.desc) or self.size, len(self.desc[0]) if self.desc else self.size
         gr, gc = n_rows - 1, n_cols - 1
@@ -255,9 +258,6 @@ class FrozenLakeEnv(TextEnv):
                     queue.append(nxt)
         return None
 
-    def _potential(self) -> float:
-        return 0.0 if self._cell() == "H" else self.progress()
-
     # ---------------------------------------------------------------- step
     def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
         return {"success": self.success, "valid_action": valid, "moves": moves}
@@ -273,7 +273,7 @@ class FrozenLakeEnv(TextEnv):
             return StepResult(self.render(), 0.0, True, self._info(True, []))
         reward = 0.0
         executed: list[str] = []
-        before = self._potential()
+        before = self.progress()
         for move in moves:
             position = self._gym.s
             self._gym.step(MOVES.index(move))
@@ -286,7 +286,7 @@ class FrozenLakeEnv(TextEnv):
                 reward += 1.0 if cell == "G" else 0.0
                 break
         if self.progress_reward:
-            reward += self.progress_reward * (self._potential() - before)
+            reward += self.progress_reward * (self.progress() - before)
         return StepResult(self.render(), reward, self.done, self._info(True, executed))
 
     # ---------------------------------------------------------------- snapshots

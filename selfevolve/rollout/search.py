@@ -157,10 +157,10 @@ class SearchResult:
 class _Searcher:
     """One batch of searches (one per task given), stepped in lockstep."""
 
-    def __init__(self, policy, envs, tasks, builder, spec, max_turns, generator, rng, critic_suffix):
+    def __init__(self, policy, envs, tasks, builder, spec, max_turns, generator, rng, critic_suffix, greedy=False):
         self.policy, self.envs, self.tasks, self.builder = policy, envs, tasks, builder
         self.spec, self.max_turns, self.generator, self.rng = spec, max_turns, generator, rng
-        self.suffix = list(critic_suffix or [])
+        self.suffix, self.greedy = list(critic_suffix or []), greedy
         self.stats = SearchStats()
         self.tree: list[list[dict]] = [[] for _ in tasks]
         self.records: dict[int, dict] = {}  # node id -> its entry in ``tree``
@@ -198,12 +198,13 @@ class _Searcher:
     def expand(self, parents: list[Node], m: int, state: KVState | None, turn: int, record: bool = True):
         """Sample ``m`` actions for every parent in one generation call and step each in its own branch.
         Returns ``(children, state)``; child k is row k of the returned cache state."""
-        _context_calls(self.policy, [p.context for p in parents if p.context.pending], False, self.generator,
-                       self.stats)
+        _context_calls(self.policy, [p.context for p in parents if p.context.pending], self.greedy,
+                       self.generator, self.stats)
         rows = [i for i in range(len(parents)) for _ in range(m)]
         kv = state.gather([parents[i].row for i in rows]) if state is not None and self.spec.reuse_cache else None
         prompts = [parents[i].context.prompt for i in rows]
-        gen = self.policy.generate(prompts, generator=self.generator, state=kv, share_prefix=self.spec.share_prefix)
+        gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.generator, state=kv,
+                                   share_prefix=self.spec.share_prefix)
         self.count(gen)
         children = []
         for k, i in enumerate(rows):
@@ -344,13 +345,14 @@ def search_rollouts(
     generator: torch.Generator | None = None,
     rng: random.Random | None = None,
     critic_suffix: list[int] | None = None,
+    greedy: bool = False,
 ) -> SearchResult:
     """Run one search per ``tasks[i]``; return the kept trajectories (``spec.kept_per_search()`` per search, in
     task order), the search trees and the generation counts. ``make_env()`` builds a fresh environment (one per
     rollout for best-of-N, one scratch environment per search for beam and lookahead).
 
     ``critic_suffix``: the ids appended to a state before its value is read (Self-AC's critic prompt; empty for
-    PPO's head). ``rng`` breaks score ties.
+    PPO's head). ``rng`` breaks score ties. ``greedy`` decodes greedily (tests: every candidate is the same).
     """
     rng = rng or random.Random(0)
     t0 = time.perf_counter()
@@ -361,12 +363,13 @@ def search_rollouts(
     if spec.name == "sample":
         stats = SearchStats()
         trajs = rollout(policy, [make_env() for _ in tasks], tasks, builder, max_turns=max_turns, group_ids=group_ids,
-                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache)
+                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache, greedy=greedy)
         stats.candidates = sum(len(t.steps) for t in trajs)
         return SearchResult(trajs, [], stats)
     if spec.name == "best_of_n":
-        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0)
-    searcher = _Searcher(policy, [make_env() for _ in tasks], tasks, builder, spec, max_turns, generator, rng, critic_suffix)
+        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy)
+    searcher = _Searcher(policy, [make_env() for _ in tasks], tasks, builder, spec, max_turns, generator, rng,
+                         critic_suffix, greedy)
     final = searcher.beam()
     kept: list[Trajectory] = []
     for s, nodes in enumerate(final):
@@ -392,7 +395,7 @@ def _path_ids(nodes: list[dict], leaf: int) -> set[int]:
     return out
 
 
-def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0) -> SearchResult:
+def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy) -> SearchResult:
     """N independent rollouts per search (one batched rollout of all of them); keep the best-scored one.
     Scores are read at each rollout's final state (reward: R(τ))."""
     n = spec.n
@@ -400,7 +403,7 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
     stats = SearchStats()
     rep = [t for t in tasks for _ in range(n)]
     trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, generator=generator, stats=stats,
-                    reuse_cache=spec.reuse_cache)
+                    reuse_cache=spec.reuse_cache, greedy=greedy)
     stats.candidates = sum(len(t.steps) for t in trajs)
     kept, trees = [], []
     for s, task in enumerate(tasks):
