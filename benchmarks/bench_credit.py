@@ -1,4 +1,5 @@
-"""Credit assignment, side by side: GRPO vs GiGPO vs GiGPO + SELAUR vs PPO (value head + GAE).
+"""Credit assignment and rollout search, side by side: GRPO vs GiGPO vs GiGPO + SELAUR vs PPO vs Self-AC, and
+plain sampling vs best-of-N vs beam vs lookahead search (TSR).
 
 For every environment and seed, one behaviour-cloning warm start is trained once (``train.steps=0``); every
 method then starts from that same adapter (``model.init_from``) and gets the same budget of RL updates, so the
@@ -34,6 +35,10 @@ METHODS = {
     "ppo": ["algo.name=ppo"],
     "self_ac": ["algo.name=self_ac"],  # per-token ratio (the default)
     "self_ac-turn": ["algo.name=self_ac", "algo.self_ac.ratio=turn"],  # the seed's per-turn ratio
+    # trajectory-search rollouts (GRPO on the kept trajectories; "grpo" above is plain sampling)
+    "best_of_n": ["algo.name=grpo", "rollout.search=best_of_n"],
+    "beam": ["algo.name=grpo", "rollout.search=beam"],
+    "lookahead": ["algo.name=grpo", "rollout.search=lookahead"],
 }
 
 
@@ -68,7 +73,7 @@ def run_job(name: str, overrides: list[str], run: Path, steps: int, threads: int
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
@@ -135,7 +140,7 @@ def summarise(args, walls: dict[str, float]) -> dict:
     for env in args.envs:
         results[env] = {}
         for m in args.methods:
-            curves, seconds, tokens, train_curves, upd = [], [], [], [], []
+            curves, seconds, tokens, train_curves, upd, multiple, sampled = [], [], [], [], [], [], []
             for seed in args.seeds:
                 warm = read_metrics(args.out / f"{env}-s{seed}-warm")
                 start = next((r.get("warm/success", r.get("eval/success")) for r in warm if r.get("step") == 0), None)
@@ -145,6 +150,10 @@ def summarise(args, walls: dict[str, float]) -> dict:
                 train_curves.append({r["step"]: r["success/rate"] for r in rows if "success/rate" in r})
                 seconds.append(sum(r.get("time/rollout", 0) + r.get("time/update", 0) for r in rows))
                 upd.append(sum(r.get("time/update", 0) for r in rows))
+                cm = [r["search/compute_multiple"] for r in rows if "search/compute_multiple" in r]
+                multiple.append(statistics.mean(cm) if cm else 1.0)
+                sampled.append(next((r["eval/sample_success"] for r in reversed(rows) if "eval/sample_success" in r),
+                                    None))
                 tokens.append(statistics.mean(r.get("tokens_per_s", 0) for r in rows if "tokens_per_s" in r)
                               if any("tokens_per_s" in r for r in rows) else 0)
             steps = sorted(set.intersection(*(set(c) for c in curves)))
@@ -157,6 +166,8 @@ def summarise(args, walls: dict[str, float]) -> dict:
                 "per_seed_final": [c[last] for c in curves], "start_mean": mean[0],
                 "final_mean": mean[last], "final_std": std[last],
                 "train_seconds_mean": statistics.mean(seconds),
+                "compute_multiple_mean": statistics.mean(multiple),
+                "final_sample_success_per_seed": sampled,
                 "update_seconds_mean": statistics.mean(upd),
                 "train_steps": tsteps,
                 "train_success_mean": [statistics.mean(c[t] for c in train_curves) for t in tsteps],
@@ -170,8 +181,9 @@ def summarise(args, walls: dict[str, float]) -> dict:
 
 def print_table(summary: dict) -> None:
     print("| env | method | greedy eval success: start (warm) | final, mean ± std over seeds | per seed | "
-          "training-rollout success, last 3 updates: mean ± std | per seed | train s/run (update s) |")
-    print("|---|---|---:|---:|---|---:|---|---:|")
+          "training-rollout success, last 3 updates: mean ± std | per seed | final sampled eval success per seed "
+          "(eval.pass_k) | compute multiple | train s/run (update s) |")
+    print("|---|---|---:|---:|---|---:|---|---|---:|---:|")
     for env, ms in summary["results"].items():
         for m, s in ms.items():
             seeds = ", ".join(f"{x:.3f}" for x in s["per_seed_final"])
@@ -179,6 +191,8 @@ def print_table(summary: dict) -> None:
             sd = statistics.pstdev(late) if len(late) > 1 else 0.0
             print(f"| {env} | {m} | {s['start_mean']:.3f} | {s['final_mean']:.3f} ± {s['final_std']:.3f} | {seeds} | "
                   f"{statistics.mean(late):.3f} ± {sd:.3f} | {', '.join(f'{x:.3f}' for x in late)} | "
+                  f"{', '.join('-' if x is None else f'{x:.3f}' for x in s.get('final_sample_success_per_seed', []))} | "
+                  f"{s.get('compute_multiple_mean', 1.0):.2f} | "
                   f"{s['train_seconds_mean']:.0f} ({s['update_seconds_mean']:.0f}) |")
 
 

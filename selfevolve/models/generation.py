@@ -211,40 +211,70 @@ def generate(
 
 
 @torch.no_grad()
+def extend_cache(
+    body,
+    prompts: list[list[int]],
+    suffix: list[int] = (),
+    state: KVState | None = None,
+    prefix_ids: list[int] | None = None,
+    need_hidden: bool = False,
+) -> tuple[torch.Tensor | None, KVState, int]:
+    """Encode ``prompt + suffix`` for each prompt into a key/value cache, then crop the suffix and each prompt's
+    last token off again: ``(hidden of each row's last token, state, tokens encoded)``.
+
+    The returned state holds ``prompt[:-1]`` for every row — exactly what :func:`generate` needs to continue
+    (it encodes the last prompt token and goes on), so a search node's prompt can be encoded once and its
+    cache copied to its M candidates (``KVState.gather``) instead of being encoded M times. ``suffix`` (e.g.
+    Self-AC's critic prompt) is seen by the returned hidden states but leaves no trace in the cache.
+
+    With ``state`` (caches whose rows each prompt extends) only the new tokens are encoded; else
+    ``prefix_ids`` (a prefix of every prompt, e.g. the few-shot header) is encoded once for all rows. Rows are
+    left-padded, which puts the suffix and each prompt's last token in the final columns of every row: one crop
+    removes them. When every row already holds ``prompt[:-1]``, there is no suffix and ``need_hidden`` is
+    False, nothing is encoded (and the hidden states returned are None).
+    """
+    device = next(body.parameters()).device
+    B = len(prompts)
+    encoded = 0
+    if state is not None and state.extends(prompts):
+        if not suffix and not need_hidden and all(len(p) - len(q) == 1 for p, q in zip(prompts, state.seqs)):
+            return None, state, 0
+        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
+        chunks = [p[len(q):] for p, q in zip(prompts, state.seqs)]
+    else:
+        cache = DynamicCache()
+        P = len(prefix_ids) if prefix_ids and B > 1 else 0
+        if P:
+            if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
+                raise ValueError("every prompt must start with prefix_ids and extend beyond it")
+            body(input_ids=torch.tensor([list(prefix_ids)], device=device), past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(B)
+            encoded += P
+        old_mask = torch.ones((B, P), dtype=torch.long, device=device)
+        base_pos = torch.full((B,), P, dtype=torch.long, device=device)
+        chunks = [list(p[P:]) for p in prompts]
+    ids, new_mask = _pad_left([c + list(suffix) for c in chunks], 0, device)  # pad id: masked out anyway
+    encoded += int(new_mask.sum())
+    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([old_mask, new_mask], dim=1)
+    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                  use_cache=True).last_hidden_state[:, -1]
+    drop = len(suffix) + 1
+    cache.crop(-drop)  # remove that many trailing columns
+    lengths = torch.tensor([len(c) for c in chunks], device=device)
+    return hidden, KVState(cache, mask[:, :-drop], [list(p[:-1]) for p in prompts], base_pos + lengths - 1), encoded
+
+
 def read_values(
     body,
     value_head,
     prompts: list[list[int]],
     suffix: list[int],
     state: KVState | None = None,
-) -> tuple[list[float], KVState | None]:
+) -> tuple[list[float], KVState, int]:
     """The value head on the last token of ``prompt + suffix`` for each prompt (``suffix``: Self-AC's critic
-    prompt, or nothing for PPO's value at the last prompt token), and a cache for the next generation.
-
-    With ``state`` (caches whose rows each prompt extends: a search node's previous turn) only the new tokens
-    and the suffix are encoded. Afterwards the suffix and each prompt's last token are cropped off the cache
-    again: every row then holds ``prompt[:-1]``, so the returned state continues exactly as if the values had
-    never been read (the next ``generate`` encodes the last prompt token and goes on). Rows are left-padded,
-    which puts the suffix and each prompt's last token in the final columns of every row: one crop removes them.
-    """
-    device = next(body.parameters()).device
-    B = len(prompts)
-    if state is not None and state.extends(prompts):
-        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
-        chunks = [p[len(s):] for p, s in zip(prompts, state.seqs)]
-    else:
-        cache = DynamicCache()
-        old_mask = torch.ones((B, 0), dtype=torch.long, device=device)
-        base_pos = torch.zeros(B, dtype=torch.long, device=device)
-        chunks = [list(p) for p in prompts]
-    pad = 0
-    ids, new_mask = _pad_left([c + list(suffix) for c in chunks], pad, device)
-    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
-    mask = torch.cat([old_mask, new_mask], dim=1)
-    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                  use_cache=True).last_hidden_state[:, -1]
-    values = value_head(hidden).tolist()
-    keep = mask.shape[1] - len(suffix) - 1
-    cache.crop(-(len(suffix) + 1))  # remove that many trailing columns
-    lengths = torch.tensor([len(c) for c in chunks], device=device)
-    return values, KVState(cache, mask[:, :keep], [list(p[:-1]) for p in prompts], base_pos + lengths - 1)
+    prompt, or nothing for PPO's value at the last prompt token), a cache that the next generation of the same
+    prompts continues from exactly as if the values had never been read (see :func:`extend_cache`), and the
+    number of tokens encoded."""
+    hidden, new_state, encoded = extend_cache(body, prompts, suffix, state, need_hidden=True)
+    return value_head(hidden).tolist(), new_state, encoded

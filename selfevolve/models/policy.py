@@ -20,7 +20,7 @@ from peft import PeftModel, get_peft_model
 
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.models.generation import Generation, KVState, generate, read_values
+from selfevolve.models.generation import Generation, KVState, extend_cache, generate, read_values
 from selfevolve.models.value_head import ValueHead
 
 VALUE_PREFIX = "value_head."
@@ -81,15 +81,9 @@ class Policy:
         """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional);
         ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call);
         ``share_prefix=False`` encodes every prompt in full (only for measuring what the sharing saves)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with self._eval_mode():
             reuse = state is not None and state.extends(prompts)
-            prefix = [] if reuse or not share_prefix else common_prefix(prompts)
-            # The shared prefix (system prompt + few-shot turns) is encoded once for the whole batch; every
-            # prompt must keep at least one token of its own.
-            if prefix and len(prefix) >= min(len(p) for p in prompts):
-                prefix = prefix[:-1]
+            prefix = self._shared_prefix(prompts) if share_prefix and not reuse else None
             return generate(
                 self.model,
                 prompts,
@@ -99,22 +93,44 @@ class Policy:
                 temperature=self.temperature,
                 greedy=greedy,
                 generator=generator,
-                prefix_ids=prefix if len(prefix) >= 16 and len(prompts) > 1 else None,
+                prefix_ids=prefix,
                 state=state,
             )
-        finally:
-            self.model.train(was_training)
+
+    @staticmethod
+    def _shared_prefix(prompts: list[list[int]]) -> list[int] | None:
+        """The prefix all prompts share (system prompt + few-shot turns), encoded once for the whole batch; every
+        prompt keeps at least one token of its own. None when too short to be worth it or for a single prompt."""
+        prefix = common_prefix(prompts)
+        if prefix and len(prefix) >= min(len(p) for p in prompts):
+            prefix = prefix[:-1]
+        return prefix if len(prefix) >= 16 and len(prompts) > 1 else None
 
     def state_values(self, prompts: list[list[int]], suffix: list[int], state: KVState | None = None):
-        """``(values, state)``: the value head read at the end of ``prompt + suffix`` for each prompt, and a cache
-        that the next :meth:`generate` of the same prompts continues from (see ``generation.read_values``)."""
+        """``(values, state, tokens encoded)``: the value head read at the end of ``prompt + suffix`` for each
+        prompt, and a cache that the next :meth:`generate` of the same prompts continues from (see
+        ``generation.read_values``)."""
         if self.value_head is None:
             raise ConfigError("reading state values needs a value head (algo.name=self_ac or ppo)")
+        with self._eval_mode():
+            body, _ = self._body_and_head()
+            return read_values(body, self.value_head, prompts, suffix, state)
+
+    def prefill(self, prompts: list[list[int]], state: KVState | None = None, share_prefix: bool = True):
+        """``(state, tokens encoded)``: each prompt but its last token encoded into a cache (over ``state`` when
+        the prompts extend it), ready for :meth:`generate` — and for copying to several candidates first."""
+        with self._eval_mode():
+            body, _ = self._body_and_head()
+            prefix = self._shared_prefix(prompts) if share_prefix and state is None else None
+            _, new_state, encoded = extend_cache(body, prompts, [], state, prefix_ids=prefix)
+            return new_state, encoded
+
+    @contextlib.contextmanager
+    def _eval_mode(self):
         was_training = self.model.training
         self.model.eval()
         try:
-            body, _ = self._body_and_head()
-            return read_values(body, self.value_head, prompts, suffix, state)
+            yield
         finally:
             self.model.train(was_training)
 

@@ -182,7 +182,8 @@ class _Searcher:
             rec = {"id": node.id, "parent": node.parent, "turn": turn,
                    "action": last.action_text if last else None,
                    "observation": last.observation if last else context.observations[0],
-                   "reward": last.reward if last else 0.0, "done": done, "success": node.success}
+                   "valid": last.valid if last else True, "reward": last.reward if last else 0.0, "done": done,
+                   "failed": node.failed, "success": node.success}
             self.tree[search].append(rec)
             self.records[node.id] = rec
         return node
@@ -201,7 +202,13 @@ class _Searcher:
         _context_calls(self.policy, [p.context for p in parents if p.context.pending], self.greedy,
                        self.generator, self.stats)
         rows = [i for i in range(len(parents)) for _ in range(m)]
-        kv = state.gather([parents[i].row for i in rows]) if state is not None and self.spec.reuse_cache else None
+        kv = None
+        if self.spec.reuse_cache:
+            kv = state.gather([p.row for p in parents]) if state is not None else None
+            if m > 1:  # encode each parent's new tokens once, then copy the cache to its m candidates
+                kv, encoded = self.policy.prefill([p.context.prompt for p in parents], kv, self.spec.share_prefix)
+                self.stats.prompt_tokens += encoded
+            kv = kv.gather([i for i in rows]) if kv is not None else None
         prompts = [parents[i].context.prompt for i in rows]
         gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.generator, state=kv,
                                    share_prefix=self.spec.share_prefix)
@@ -238,9 +245,8 @@ class _Searcher:
             return None
         kv = state.gather([n.row for n in live]) if state is not None and self.spec.reuse_cache else None
         prompts = [n.context.prompt for n in live]
-        values, new_state = self.policy.state_values(prompts, self.suffix, kv)
-        cached = kv.seqs if kv is not None and kv.extends(prompts) else [[] for _ in live]
-        self.stats.prompt_tokens += sum(len(p) - len(c) + len(self.suffix) for p, c in zip(prompts, cached))
+        values, new_state, encoded = self.policy.state_values(prompts, self.suffix, kv)
+        self.stats.prompt_tokens += encoded
         for r, (n, v) in enumerate(zip(live, values)):
             n.value, n.row = float(v), r
         return new_state

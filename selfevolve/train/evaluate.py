@@ -35,7 +35,8 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0) -> dict[str, float]:
-    """Greedy success on ``episodes`` held-out tasks; with ``pass_k`` > 0 also pass@k (any of k samples solves).
+    """Greedy success on ``episodes`` held-out tasks; with ``pass_k`` > 0 also pass@k (any of k samples solves)
+    and ``eval/sample_success`` (the success rate of those samples).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
@@ -53,4 +54,6 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
         sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen)
         solved = {t.task.id for t in sampled if t.success}
         out[f"eval/pass@{pass_k}"] = sum(t.id in solved for t in tasks) / len(tasks)
+        # the sampled policy's own success rate (pass@1 estimated from all k samples): moves before greedy does
+        out["eval/sample_success"] = sum(t.success for t in sampled) / len(sampled)
     return out
