@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import time
 from pathlib import Path
 
@@ -98,8 +99,9 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({"args": vars(args), "same_tokens": same, "results": results}, indent=1))
     parts = [f"{m} {r['seconds']:.1f}s/{r['prompt_tokens']} enc" for m, r in results.items()]
     ratios = [f"{m}/tree {results[m]['seconds'] / base['seconds']:.2f}x" for m in results if base and m != "tree"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     print(f"SUMMARY {args.strategy} M={args.m} B={args.beams} turns={args.turns} searches={args.searches} "
-          f"{args.model}: {', '.join(parts)}; {', '.join(ratios)}; same tokens: {same}")
+          f"{args.model}: {', '.join(parts)}; {', '.join(ratios)}; same tokens: {same}; peak RSS {peak:.1f} GiB")
 
 
 if __name__ == "__main__":

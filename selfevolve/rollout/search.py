@@ -198,20 +198,28 @@ class _Searcher:
     # ---- one turn ---------------------------------------------------------------------------------------------
     def expand(self, parents: list[Node], m: int, state: KVState | None, turn: int, record: bool = True):
         """Sample ``m`` actions for every parent in one generation call and step each in its own branch.
-        Returns ``(children, state)``; child k is row k of the returned cache state."""
+
+        Returns ``(children, state)``: ``child.row`` is the child's row in the returned cache state. ``state``
+        (rows: the parents' ``row``) is consumed. With m > 1 each parent's new tokens are encoded once and its
+        cache copied to its m candidates; the state returned is then the parents' (``prompt[:-1]``), which every
+        child's next prompt extends: the candidates' own caches are dropped right after sampling (memory peaks
+        at one copy per candidate, not two), and a kept child re-encodes only its few action tokens next turn.
+        """
         _context_calls(self.policy, [p.context for p in parents if p.context.pending], self.greedy,
                        self.generator, self.stats)
         rows = [i for i in range(len(parents)) for _ in range(m)]
-        kv = None
-        if self.spec.reuse_cache:
-            kv = state.gather([p.row for p in parents]) if state is not None else None
-            if m > 1:  # encode each parent's new tokens once, then copy the cache to its m candidates
-                kv, encoded = self.policy.prefill([p.context.prompt for p in parents], kv, self.spec.share_prefix)
-                self.stats.prompt_tokens += encoded
-            kv = kv.gather([i for i in rows]) if kv is not None else None
+        kv = base = None
+        if self.spec.reuse_cache and state is not None:
+            own = [p.row for p in parents]
+            kv = state if own == list(range(len(state.seqs))) else state.gather(own)
+        if self.spec.reuse_cache and m > 1:
+            base, encoded = self.policy.prefill([p.context.prompt for p in parents], kv, self.spec.share_prefix)
+            self.stats.prompt_tokens += encoded
+            kv = base.gather(rows)
         prompts = [parents[i].context.prompt for i in rows]
         gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.generator, state=kv,
                                    share_prefix=self.spec.share_prefix)
+        del kv
         self.count(gen)
         children = []
         for k, i in enumerate(rows):
@@ -226,11 +234,14 @@ class _Searcher:
             if not step.done:
                 ctx.advance(gen.ids[k], text, step.observation)
             child = self.new_node(parent, parent.search, env, ctx, parent.steps + [step], turn + 1, record)
-            child.row = k
+            child.row = i if base is not None else k
             children.append(child)
         for p in parents:
             p.context.calls = []
-        return children, gen.state
+        if base is not None:
+            gen.state = None  # the candidates' caches: not needed any more
+            return children, base
+        return children, gen.state if self.spec.reuse_cache else None
 
     def count(self, gen) -> None:
         self.stats.prompt_tokens += gen.prompt_tokens
