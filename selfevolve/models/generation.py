@@ -99,6 +99,41 @@ def _pad_left(chunks: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
     return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
 
+def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs):
+    """The cache to encode ``prompt + suffix`` into, and the left-padded new tokens with their mask and positions:
+    ``(cache, ids, mask, positions, base_pos, lengths, tokens encoded so far)``.
+
+    Over ``state`` when every prompt extends what its row holds (only the new tokens are encoded); else a fresh
+    cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows.
+    Padding sits between what is cached and each row's new tokens; it is masked out and skipped by the position
+    ids, so every row sees exactly its own prompt. ``lengths``: each row's new prompt tokens (suffix excluded).
+    """
+    device = next(module.parameters()).device
+    B, encoded = len(prompts), 0
+    if state is not None and state.extends(prompts):
+        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
+        chunks = [list(p[len(q):]) for p, q in zip(prompts, state.seqs)]
+    else:
+        cache = DynamicCache()
+        P = len(prefix_ids) if prefix_ids else 0
+        if P:
+            if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
+                raise ValueError("every prompt must start with prefix_ids and extend beyond it")
+            module(input_ids=torch.tensor([list(prefix_ids)], device=device), past_key_values=cache, use_cache=True,
+                   **forward_kwargs)
+            cache.batch_repeat_interleave(B)
+            encoded += P
+        old_mask = torch.ones((B, P), dtype=torch.long, device=device)
+        base_pos = torch.full((B,), P, dtype=torch.long, device=device)
+        chunks = [list(p[P:]) for p in prompts]
+    ids, new_mask = _pad_left([c + list(suffix) for c in chunks], pad_id, device)
+    encoded += int(new_mask.sum())
+    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([old_mask, new_mask], dim=1)
+    lengths = torch.tensor([len(c) for c in chunks], device=device)
+    return cache, ids, mask, positions, base_pos, lengths, encoded
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -129,37 +164,17 @@ def generate(
     device = next(model.parameters()).device
     stop = torch.tensor(sorted(set(stop_ids)), device=device)
     B = len(prompts)
-    if state is not None and state.extends(prompts):
-        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
-        chunks = [p[len(s):] for p, s in zip(prompts, state.seqs)]
-    else:
-        cache = DynamicCache()
-        P = 0
-        if prefix_ids:
-            P = len(prefix_ids)
-            if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
-                raise ValueError("every prompt must start with prefix_ids and extend beyond it")
-            model(input_ids=torch.tensor([prefix_ids], device=device), past_key_values=cache, use_cache=True,
-                  logits_to_keep=1)
-            cache.batch_repeat_interleave(B)
-            out.prompt_tokens += P
-        old_mask = torch.ones((B, P), dtype=torch.long, device=device)
-        base_pos = torch.full((B,), P, dtype=torch.long, device=device)
-        chunks = [p[P:] for p in prompts]
-    # New tokens are left-padded: padding sits between what is cached and each row's new tokens. It is masked
-    # out and skipped by the position ids, so every row sees exactly its own prompt.
-    ids, new_mask = _pad_left(chunks, pad_id, device)
-    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
-    mask = torch.cat([old_mask, new_mask], dim=1)
-    out.prompt_tokens += sum(len(c) for c in chunks)
-
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
+    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(model, prompts, state, prefix_ids, [], pad_id,
+                                                                       logits_to_keep=1)
+    out.prompt_tokens += encoded
+
     logits = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1, :]
-    next_pos = base_pos + new_mask.sum(-1)
+    next_pos = base_pos + lengths
     done = torch.zeros(B, dtype=torch.bool, device=device)
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "logprobs", "entropy", "top1", "top2", "alive")}
     fed = 0  # decode iterations whose tokens were fed back into the cache
@@ -208,8 +223,6 @@ def generate(
     return out
 
 
-
-
 @torch.no_grad()
 def extend_cache(
     body,
@@ -233,35 +246,14 @@ def extend_cache(
     removes them. When every row already holds ``prompt[:-1]``, there is no suffix and ``need_hidden`` is
     False, nothing is encoded (and the hidden states returned are None).
     """
-    device = next(body.parameters()).device
-    B = len(prompts)
-    encoded = 0
     if state is not None and state.extends(prompts):
         if not suffix and not need_hidden and all(len(p) - len(q) == 1 for p, q in zip(prompts, state.seqs)):
             return None, state, 0
-        cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
-        chunks = [p[len(q):] for p, q in zip(prompts, state.seqs)]
-    else:
-        cache = DynamicCache()
-        P = len(prefix_ids) if prefix_ids and B > 1 else 0
-        if P:
-            if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
-                raise ValueError("every prompt must start with prefix_ids and extend beyond it")
-            body(input_ids=torch.tensor([list(prefix_ids)], device=device), past_key_values=cache, use_cache=True)
-            cache.batch_repeat_interleave(B)
-            encoded += P
-        old_mask = torch.ones((B, P), dtype=torch.long, device=device)
-        base_pos = torch.full((B,), P, dtype=torch.long, device=device)
-        chunks = [list(p[P:]) for p in prompts]
-    ids, new_mask = _pad_left([c + list(suffix) for c in chunks], 0, device)  # pad id: masked out anyway
-    encoded += int(new_mask.sum())
-    positions = base_pos[:, None] + (new_mask.cumsum(-1) - 1).clamp(min=0)
-    mask = torch.cat([old_mask, new_mask], dim=1)
+    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(body, prompts, state, prefix_ids, suffix, 0)
     hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                   use_cache=True).last_hidden_state[:, -1]
     drop = len(suffix) + 1
     cache.crop(-drop)  # remove that many trailing columns
-    lengths = torch.tensor([len(c) for c in chunks], device=device)
     return hidden, KVState(cache, mask[:, :-drop], [list(p[:-1]) for p in prompts], base_pos + lengths - 1), encoded
 
 

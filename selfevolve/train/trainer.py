@@ -55,7 +55,8 @@ from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
 _RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search")
-_RUN_FILES = ("config.yaml", "metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", "tensorboard", "checkpoints")
+_STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl")  # JSONL records keyed by step
+_RUN_FILES = ("config.yaml", *_STEP_LOGS, "tensorboard", "checkpoints")
 
 
 def _run_view(dump: dict, section: str):
@@ -154,7 +155,7 @@ class Trainer:
             self.policy.load_adapter_state(data["adapter"], value_head="optional")
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log of an earlier attempt
-            for name in ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl"):
+            for name in _STEP_LOGS:
                 (self.out_dir / name).unlink(missing_ok=True)
 
     # ---- run folder -------------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class Trainer:
         except (RuntimeError, TypeError) as e:
             raise SelfEvolveError(f"cannot resume {self.out_dir} on this device ({e}); resume on the kind of "
                                   f"device the run started on") from None
-        for name in ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl"):
+        for name in _STEP_LOGS:
             truncate_jsonl(self.out_dir / name, self.step)
         self.resumed = True
         self.console.print(f"[bold]resuming[/] {escape(str(self.out_dir))} from step {self.step} ({ckpt.name})")
