@@ -11,14 +11,16 @@ import pytest
 
 def cli_env() -> dict[str, str]:
     """Environment for a CLI subprocess: one torch thread (many threads on a busy CPU are much slower),
-    offline Hugging Face, and a fixed terminal width so output does not depend on the machine."""
+    offline Hugging Face, and a fixed terminal width so output does not depend on the machine. The width is
+    wide enough that messages never wrap: rich drops the space at a wrap when the line is exactly full, so no
+    un-wrapping can restore every message (a temp path of the wrong length once split "from step 1")."""
     env = dict(os.environ)
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
         HF_HUB_OFFLINE="1",
-        COLUMNS="80",
+        COLUMNS="1000",
         PYTHONWARNINGS="ignore",
     )
     return env

@@ -20,6 +20,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import cli_env
+from selfevolve import cli
 from selfevolve.cli import app
 
 TINY = [
@@ -39,13 +40,18 @@ def _one_torch_thread():
 
 
 def joined(text: str) -> str:
-    """Undo the console's line wrapping (it keeps the space at the end of a wrapped line)."""
+    """One line of all output lines (the consoles are wide enough that messages do not wrap; see cli_env)."""
     return "".join(text.splitlines())
 
 
 def invoke(*args: str):
-    """Run the CLI in-process; returns (exit_code, stderr with wrapping undone, full output)."""
-    result = CliRunner().invoke(app, [str(a) for a in args])
+    """Run the CLI in-process; returns (exit_code, stderr as one line, full output). The error console is
+    widened for the call so that no message wraps (as cli_env does for subprocesses)."""
+    width, cli.err.width = cli.err.width, 1000
+    try:
+        result = CliRunner().invoke(app, [str(a) for a in args])
+    finally:
+        cli.err.width = width
     code = result.exit_code
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         code = f"crashed: {result.exception!r}"
