@@ -104,7 +104,8 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
     ``(cache, ids, mask, positions, base_pos, lengths, tokens encoded so far)``.
 
     Over ``state`` when every prompt extends what its row holds (only the new tokens are encoded); else a fresh
-    cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows.
+    cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows
+    (when there is more than one).
     Padding sits between what is cached and each row's new tokens; it is masked out and skipped by the position
     ids, so every row sees exactly its own prompt. ``lengths``: each row's new prompt tokens (suffix excluded).
     """
@@ -115,7 +116,7 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
         chunks = [list(p[len(q):]) for p, q in zip(prompts, state.seqs)]
     else:
         cache = DynamicCache()
-        P = len(prefix_ids) if prefix_ids else 0
+        P = len(prefix_ids) if prefix_ids and B > 1 else 0  # one row: sharing saves nothing, costs a forward
         if P:
             if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
                 raise ValueError("every prompt must start with prefix_ids and extend beyond it")
