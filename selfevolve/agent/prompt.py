@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from selfevolve.agent.context import ContextSpec
+from selfevolve.agent.guidance import NO_GUIDANCE, Guidance
 
 THINK_FORMAT = (
     "First think briefly inside <think> </think>, then give your action inside <answer> </answer>."
@@ -51,19 +52,31 @@ class PromptBuilder:
         self.template_tools = bool(self.tools) and template_renders_tools(self.tokenizer)
         self.observation_role = "tool" if self.tools and template_has_tool_role(self.tokenizer) else "user"
 
-    def system_prompt(self, instruction: str = "") -> str:
+    def system_prompt(self, instruction: str = "", block: str = "") -> str:
+        """The system message: the rules, the think format, an experience ``block`` (self-navigating's
+        insights, see experience/navigation.py) and the task's instruction."""
         system = self.tool_instructions if self.template_tools and self.tool_instructions else self.instructions
         if self.think:
             system = f"{system}\n{THINK_FORMAT}"
+        if block:
+            system = f"{system}\n{block}"
         if instruction:
             system = f"{system}\n{instruction}"
         return system
 
-    def header(self, instruction: str = "") -> list[dict]:
-        """The messages before the episode: the system prompt and the few-shot turns."""
-        msgs = [{"role": "system", "content": self.system_prompt(instruction)}]
-        if self.few_shot:
-            for k, (obs, act) in enumerate(self.examples):
+    def header(self, instruction: str = "", guidance: Guidance | None = None) -> list[dict]:
+        """The messages before the episode: the system prompt and the few-shot turns.
+
+        ``guidance`` (one episode's, from the experience pool) may replace the static examples by recalled
+        episodes (SEER) and add an insight block to the system prompt (self-navigating)."""
+        g = guidance or NO_GUIDANCE
+        msgs = [{"role": "system", "content": self.system_prompt(instruction, g.block)}]
+        if g.episodes is not None:
+            episodes = g.episodes
+        else:
+            episodes = [list(self.examples)] if self.few_shot and self.examples else []
+        for episode in episodes:
+            for k, (obs, act) in enumerate(episode):
                 shown = f"<think>Let me think about the next step.</think><answer>{act}</answer>" if self.think else act
                 msgs += [self.observation_message(obs, first=k == 0), {"role": "assistant", "content": shown}]
         return msgs
@@ -77,10 +90,11 @@ class PromptBuilder:
         """Ids of ``messages`` in the chat template (with the tool schemas when it renders them)."""
         return render_chat(self.tokenizer, messages, self.tools if self.template_tools else None)
 
-    def messages(self, observations: list[str], actions: list[str], instruction: str = "") -> list[dict]:
+    def messages(self, observations: list[str], actions: list[str], instruction: str = "",
+                 guidance: Guidance | None = None) -> list[dict]:
         """Chat messages for the turn after ``actions`` (``len(observations) == len(actions) + 1``)."""
         assert len(observations) == len(actions) + 1, "one more observation than actions"
-        msgs = self.header(instruction)
+        msgs = self.header(instruction, guidance)
         first = 0 if self.history is None else max(0, len(actions) - self.history)
         for t in range(first, len(actions)):
             msgs += [self.observation_message(observations[t], first=t == 0),
@@ -88,8 +102,9 @@ class PromptBuilder:
         msgs.append(self.observation_message(observations[-1], first=len(actions) == 0))
         return msgs
 
-    def prompt_ids(self, observations: list[str], actions: list[str], instruction: str = "") -> list[int]:
-        return self.render(self.messages(observations, actions, instruction))
+    def prompt_ids(self, observations: list[str], actions: list[str], instruction: str = "",
+                   guidance: Guidance | None = None) -> list[int]:
+        return self.render(self.messages(observations, actions, instruction, guidance))
 
     def next_prompt_ids(
         self,
@@ -98,6 +113,7 @@ class PromptBuilder:
         observations: list[str],
         actions: list[str],
         instruction: str = "",
+        guidance: Guidance | None = None,
     ) -> list[int]:
         """The prompt after the model answered ``action_ids`` to ``prev_prompt`` and the world showed
         ``observations[-1]``. Incremental (exact ids) for the full history, re-rendered for a window."""
@@ -105,7 +121,7 @@ class PromptBuilder:
             extended = self.extend(prev_prompt, action_ids, observations[-1])
             if extended is not None:
                 return extended
-        return self.prompt_ids(observations, actions, instruction)
+        return self.prompt_ids(observations, actions, instruction, guidance)
 
     def extend(self, prev_prompt: list[int], action_ids: list[int], observation: str) -> list[int] | None:
         """``prev_prompt`` + the exact reply ids + the template's ids of a new (non-first) observation; None

@@ -45,21 +45,29 @@ def rollout(
     generator: torch.Generator | None = None,
     stats: RolloutStats | None = None,
     reuse_cache: bool = True,
+    guide=None,
 ) -> list[Trajectory]:
     """Play ``tasks[i]`` in ``envs[i]`` for at most ``max_turns`` turns; return one trajectory per task.
 
     ``reuse_cache``: keep each episode's key/value cache from turn to turn (exact; only new tokens are encoded
     when the prompt extends the previous one, as the full-history chat does).
+    ``guide``: the experience pool's hook (``selfevolve/experience/guide.py``): ``start`` gives each episode its
+    guidance (insight block, flags), ``before_turn`` recalls examples for the active episodes (SEER).
     """
     assert len(envs) == len(tasks)
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
-    contexts = [EpisodeContext(builder, task.instruction, env.reset(task.seed)) for env, task in zip(envs, tasks)]
+    firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
+    guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
+    contexts = [EpisodeContext(builder, task.instruction, first, g)
+                for task, first, g in zip(tasks, firsts, guidance)]
     active = list(range(len(tasks)))
     kv = None  # the caches of the active rows, carried from turn to turn
     for turn in range(max_turns):
         if not active:
             break
+        if guide is not None:
+            guide.before_turn(turn, [contexts[i] for i in active], [trajs[i] for i in active])
         _context_calls(policy, [contexts[i] for i in active if contexts[i].pending], greedy, generator, stats)
         prompts = [contexts[i].prompt for i in active]
         gen = policy.generate(prompts, greedy=greedy, generator=generator, state=kv)
@@ -72,6 +80,9 @@ def rollout(
             text = policy.decode(gen.ids[k])
             step = play(envs[i], text, gen, k, prompts[k], last_turn=turn == max_turns - 1,
                         calls=contexts[i].take_calls())
+            step.train_prompt_ids = contexts[i].train_prompt
+            if contexts[i].recalled is not None:
+                step.info["recalled"] = list(contexts[i].recalled)
             trajs[i].steps.append(step)
             trajs[i].success = bool(step.info.get("success", False))
             if not step.done:

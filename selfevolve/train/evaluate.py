@@ -25,33 +25,58 @@ def eval_env_options(env_cls, train_options: dict, eval_env: dict | None) -> dic
     return {**train_options, **eval_env}
 
 
-def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: int, seed_offset: int):
-    """The held-out tasks and their greedy episodes (what :func:`evaluate` scores)."""
+def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: int, seed_offset: int,
+                    experience=None, accumulate: bool = False, chunk: int = 8):
+    """The held-out tasks and their greedy episodes (what :func:`evaluate` scores).
+
+    ``experience`` (an ``experience.guide.Experience``): play with recall / insights. ``accumulate``: SEER's
+    test-time accumulation — episodes run in chunks of ``chunk``, and each chunk's verified successes join a
+    scratch copy of the pool before the next chunk (the run's own pool never sees test tasks)."""
     name = getattr(env_cls, "name", env_cls.__name__)
     tasks = eval_tasks(name, episodes, seed_offset)
     envs = [make_env(env_cls, **env_options) for _ in tasks]
-    return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
+    if experience is None:
+        return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
+    pool = experience.pool.scratch_copy() if accumulate else experience.pool
+    size = chunk if accumulate else len(tasks)
+    trajs = []
+    for start in range(0, len(tasks), size):
+        part, part_envs = tasks[start:start + size], envs[start:start + size]
+        guide = experience.guide(part, 1, training=False, pool=pool)
+        done = rollout(policy, part_envs, part, builder, max_turns=envs[0].max_turns, greedy=True, guide=guide)
+        if accumulate:
+            experience.absorb(done, pool, step=0, origin="eval")
+        trajs += done
+    return tasks, trajs
 
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
-             seed_offset: int = 1_000_000, sample_seed: int = 0) -> dict[str, float]:
+             seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
+             chunk: int = 8) -> dict[str, float]:
     """Greedy success on ``episodes`` held-out tasks; with ``pass_k`` > 0 also pass@k (any of k samples solves)
-    and ``eval/sample_success`` (the success rate of those samples).
+    and ``eval/sample_success`` (the success rate of those samples). ``experience``/``accumulate``/``chunk``:
+    see :func:`greedy_rollouts` (pass@k samples get recall / insights too, without accumulation).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
-    tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset)
+    tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset,
+                                   experience=experience, accumulate=accumulate, chunk=chunk)
     out = {
         "eval/success": sum(t.success for t in trajs) / len(trajs),
         "eval/reward": sum(t.reward for t in trajs) / len(trajs),
         "eval/valid": sum(s.valid for t in trajs for s in t.steps) / max(1, sum(len(t.steps) for t in trajs)),
         **intent_success(trajs, "eval/success/intent/"),
     }
+    if experience is not None:
+        from selfevolve.experience.guide import guide_metrics
+
+        out.update(guide_metrics(trajs, "eval/experience/"))
     if pass_k > 0:
         rep = [t for t in tasks for _ in range(pass_k)]
         envs = [make_env(env_cls, **env_options) for _ in rep]
         gen = torch.Generator(device=policy.device).manual_seed(sample_seed)
-        sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen)
+        guide = experience.guide(rep, pass_k, training=False) if experience is not None else None
+        sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen, guide=guide)
         solved = {t.task.id for t in sampled if t.success}
         out[f"eval/pass@{pass_k}"] = sum(t.id in solved for t in tasks) / len(tasks)
         # the sampled policy's own success rate (pass@1 estimated from all k samples): moves before greedy does

@@ -29,6 +29,8 @@ class Row:
     turns: list[tuple[int, int]] = field(default_factory=list)  # per turn: (trajectory index, step index)
     returns: list[float] = field(default_factory=list)  # per turn: the critic's target (PPO), if any
     old_values: list[float] = field(default_factory=list)  # per turn: V at rollout time (value clipping)
+    clip_high: float | None = None  # this row's upper clip ε (self-navigating's boost); None: algo.clip_high
+    guided: bool = False  # sampled with an experience block that the row's prompt no longer holds
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -47,17 +49,20 @@ def build_rows(
     for i, (traj, adv) in enumerate(zip(trajs, step_advantages)):
         per_step = adv if isinstance(adv, (list, tuple)) else [adv] * len(traj.steps)
         row: Row | None = None
+        guided = bool(traj.flags.get("guided"))
         for t, (step, a) in enumerate(zip(traj.steps, per_step)):
             if not step.action_ids:
                 continue
-            p = step.prompt_ids
+            # the training prompt: the stripped one of an experience-guided step (self-navigating)
+            p = step.train_prompt_ids if step.train_prompt_ids is not None else step.prompt_ids
             if row is not None and len(p) >= len(row.ids) and p[: len(row.ids)] == row.ids:
                 extra = p[len(row.ids):]
                 row.ids += list(extra) + list(step.action_ids)
                 row.mask += [0] * len(extra) + [1] * len(step.action_ids)
             else:
                 row = Row(ids=list(p) + list(step.action_ids),
-                          mask=[0] * len(p) + [1] * len(step.action_ids), old_logprobs=[], advantages=[])
+                          mask=[0] * len(p) + [1] * len(step.action_ids), old_logprobs=[], advantages=[],
+                          guided=guided)
                 rows.append(row)
             row.old_logprobs += list(step.logprobs)
             row.advantages += [float(a)] * len(step.action_ids)
@@ -70,9 +75,10 @@ def build_rows(
     return rows
 
 
-def collate(rows: list[Row], pad_id: int, device=None) -> dict[str, torch.Tensor]:
+def collate(rows: list[Row], pad_id: int, device=None, clip_high: float | None = None) -> dict[str, torch.Tensor]:
     """Right-padded tensors; ``old_logprobs``/``advantages`` are flat, in the order of ``loss_mask.nonzero()``;
-    ``returns``/``old_values`` likewise in the order of ``value_mask.nonzero()``."""
+    ``returns``/``old_values`` likewise in the order of ``value_mask.nonzero()``. When a row has its own
+    ``clip_high``, ``clip_high`` holds every generated token's upper clip (the others get ``clip_high``)."""
     L = max(len(r) for r in rows)
     B = len(rows)
     ids = torch.full((B, L), pad_id, dtype=torch.long)
@@ -89,7 +95,14 @@ def collate(rows: list[Row], pad_id: int, device=None) -> dict[str, torch.Tensor
         adv.extend(r.advantages)
         ret.extend(r.returns)
         vals.extend(r.old_values)
+    if any(r.clip_high is not None for r in rows):
+        assert clip_high is not None, "rows with their own clip_high need the default for the others"
+        clips = [r.clip_high if r.clip_high is not None else clip_high for r in rows for _ in r.advantages]
+        out_clip = {"clip_high": torch.tensor(clips, dtype=torch.float32)}
+    else:
+        out_clip = {}
     out = {
+        **out_clip,
         "input_ids": ids,
         "attention_mask": attn,
         "loss_mask": loss_mask,

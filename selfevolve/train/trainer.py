@@ -36,7 +36,10 @@ from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import Config, save_config
 from selfevolve.envs import ENVS, env_options, make_env
 from selfevolve.envs.base import TextEnv
+from selfevolve.experience.guide import guide_metrics
 from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
+from selfevolve.experience.pool import FILE as POOL_FILE
+from selfevolve.models.llm import LOG as LLM_LOG
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 from selfevolve.rollout.runner import RolloutStats, rollout
@@ -54,9 +57,10 @@ from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 
 # Sections that define a run: resuming with different values would silently train something else.
-_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search")
-_STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl")  # JSONL records keyed by step
-_RUN_FILES = ("config.yaml", *_STEP_LOGS, "tensorboard", "checkpoints")
+_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search", "experience")
+# JSONL records keyed by step
+_STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", LLM_LOG)
+_RUN_FILES = ("config.yaml", *_STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
 
 
 def _run_view(dump: dict, section: str):
@@ -154,9 +158,16 @@ class Trainer:
             data = load_checkpoint(find_checkpoint(cfg.model.init_from), with_optimizer=False)
             self.policy.load_adapter_state(data["adapter"], value_head="optional")
         if cfg.train.resume and not self.resumed:
-            # nothing to resume from: start clean, without a stale log of an earlier attempt
-            for name in _STEP_LOGS:
+            # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
+            for name in (*_STEP_LOGS, POOL_FILE):
                 (self.out_dir / name).unlink(missing_ok=True)
+        self.experience = None  # SEER recall / self-navigating (selfevolve/experience/)
+        if cfg.experience.enabled:
+            from selfevolve.experience.guide import Experience
+
+            self.experience = Experience.build(cfg, self.out_dir, self.policy, self.env_cls, self.env_options,
+                                               cfg.env.name, resume_step=self.step if self.resumed else None,
+                                               console=self.console)
 
     # ---- run folder -------------------------------------------------------------------------------------------
     def _is_run(self) -> bool:
@@ -236,10 +247,13 @@ class Trainer:
         rep = [t for t in tasks for _ in range(G)]
         envs = [make_env(self.env_cls, **self.env_options) for _ in rep]
         stats = RolloutStats()
+        guide = self.experience.guide(rep, G, training=True) if self.experience else None
         trajs = rollout(
             self.policy, envs, rep, self.builder, max_turns=envs[0].max_turns,
-            group_ids=[f"{self.step}:{t.id}" for t in rep], generator=self.generator, stats=stats,
+            group_ids=[f"{self.step}:{t.id}" for t in rep], generator=self.generator, stats=stats, guide=guide,
         )
+        if guide is not None and guide.turns:
+            self.search_metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
         return trajs, stats
 
     def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
@@ -267,9 +281,13 @@ class Trainer:
         upd = self.update(rows, trajs) if rows else {}
         if cfg.algo.name == "self_ac":
             self._record_values(trajs)
-        t2 = time.perf_counter()
         self.step += 1
+        experience = {}
+        if self.experience is not None:  # rows it adds belong to this step (a resume before its save drops them)
+            experience = {**guide_metrics(trajs), **self.experience.learn(trajs, self.step)}
+        t2 = time.perf_counter()
         metrics = {
+            **experience,
             **rollout_metrics(trajs),
             **credit_metrics,
             **self.search_metrics,
@@ -291,13 +309,16 @@ class Trainer:
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps on this batch: PPO-clip over token rows, or Self-AC over shadow episodes."""
         cfg = self.cfg
+        if self.experience is not None:  # self-navigating: guided rows' old log-probs and upper clip
+            self.nav_metrics = self.experience.prepare_rows(self.policy, rows, cfg.algo.micro_batch_tokens)
         if cfg.algo.name == "self_ac":
             metrics = self_ac_update(self.policy, self.optimizer, rows, cfg.algo, self.rng)
             for ep in rows:  # the value function comes free: keep it with the episode (viewer, search)
                 trajs[ep.traj_index].flags["values"] = [round(v, 5) for v in ep.values]
             return metrics
-        return ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
-                          vf_clip=cfg.algo.ppo.vf_clip)
+        return {**getattr(self, "nav_metrics", {}),
+                **ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
+                             vf_clip=cfg.algo.ppo.vf_clip)}
 
     def _shadow_episode(self, traj: Trajectory, rewards: list[float] | None = None, traj_index: int = 0):
         """``traj`` as a Self-AC shadow-prompt episode (with the final state's critic prompt unless switched off)."""
@@ -351,6 +372,7 @@ class Trainer:
             self.policy, self.env_cls, eval_env_options(self.env_cls, self.env_options, e.env), self.builder,
             episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
             seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
+            experience=self.experience if e.experience == "on" else None, accumulate=e.accumulate, chunk=e.chunk,
         )
 
     # ---- the loop ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
         optimizer.zero_grad(set_to_none=True)
         st_mb: dict[str, float] = {}
         for chunk in micro_batches(mb, algo.micro_batch_tokens):
-            b = collate(chunk, policy.pad_id, policy.device)
+            b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
             P = shared_prefix_len(chunk)
             logp, ent, values = policy.forward_rows(
                 b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
@@ -59,7 +59,8 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                 b["advantages"][None],
                 ones,
                 clip_low=algo.clip_low,
-                clip_high=algo.clip_high,
+                # per token where rows carry their own (experience-guided rows: selective boosting)
+                clip_high=b["clip_high"][None] if "clip_high" in b else algo.clip_high,
                 dual_clip=algo.dual_clip,
             )
             st = {k: float(v) for k, v in st.items()}

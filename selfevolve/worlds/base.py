@@ -174,6 +174,7 @@ class ToolWorld(TextEnv):
     name: ClassVar[str] = "toolworld"
     levels: ClassVar[tuple[int, ...]] = (1, 2, 3)
     toolset: ClassVar[ToolSet]  # built for each subclass by __init_subclass__
+    intents: ClassVar[tuple[str, ...]] = ()  # the kinds of request (a world's profile lists them)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

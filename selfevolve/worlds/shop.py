@@ -163,3 +163,4 @@ SHOP_PROFILE = EnvProfile(
     extra={"tables": list(TABLES), "levels": {"1": "one look-up and an answer", "2": "look-ups and one write",
                                               "3": "identify the customer, several look-ups and writes"}},
 )
+ShopEnv.intents = SHOP_PROFILE.intents  # the declared intent set (SEER's intent classifier chooses among them)

@@ -359,3 +359,4 @@ TABLES_PROFILE = EnvProfile(
     extra={"tables": list(TABLES), "levels": {"1": "easy: one table, a look-up or one aggregate",
                                               "2": "hard: several steps, the calculator, group-by or several tables"}},
 )
+TablesEnv.intents = TABLES_PROFILE.intents  # the declared intent set (SEER's intent classifier chooses among them)

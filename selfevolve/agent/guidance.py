@@ -1,0 +1,20 @@
+"""What the experience pool adds to one episode's prompt: recalled few-shot episodes and an insight block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """What the experience pool adds to one episode's prompt (``selfevolve/experience/``).
+
+    ``episodes``: few-shot episodes, each a list of (observation, action) turns, shown instead of the
+    environment's static examples (SEER recall); None keeps the static ones. ``block``: text added to the
+    system prompt (self-navigating's insights); the training sample is built without it (stripping)."""
+
+    episodes: tuple | None = None
+    block: str = ""
+
+
+NO_GUIDANCE = Guidance()

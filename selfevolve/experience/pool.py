@@ -1,0 +1,240 @@
+"""The experience pool: one SQLite file in the run folder (``experience.sqlite``) holding what the agent has
+learnt from — successful trajectories (SEER recalls them) and distilled insights (self-navigating shows them).
+
+A row records its text, the embedding of that text, the embedding of its *key* (a trajectory's request, an
+insight's ``when_to_use``), intent, tool sequence, few-shot turns, score and success, origin (``seed``,
+``rollout``, ``extracted``, ``eval``) and the training step that added it. The embedding model's name and
+dimension are stored in the file; opening a pool with another model re-embeds its rows from their texts.
+
+The pool is part of the run's state: a checkpoint of step N keeps exactly the rows with ``step <= N``, so
+resume calls :meth:`ExperiencePool.truncate` to drop whatever a crashed step added after it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from selfevolve.errors import SelfEvolveError
+
+FILE = "experience.sqlite"
+KINDS = ("trajectory", "insight")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,              -- 'trajectory' | 'insight'
+    text TEXT NOT NULL,              -- trajectory: request, actions and results; insight: its content
+    key_text TEXT NOT NULL,          -- trajectory: the request (query); insight: when_to_use
+    embedding BLOB NOT NULL,         -- float32 embedding of text (E_tau)
+    key_embedding BLOB NOT NULL,     -- float32 embedding of key_text (E_q)
+    intent TEXT,
+    tools TEXT NOT NULL DEFAULT '[]',  -- JSON list of tool names in call order (U_tau)
+    turns TEXT NOT NULL DEFAULT '[]',  -- JSON [[observation, action], ...]: the few-shot episode
+    score REAL NOT NULL DEFAULT 0,
+    success INTEGER NOT NULL DEFAULT 0,
+    origin TEXT NOT NULL,            -- 'seed' | 'rollout' | 'extracted' | 'eval' | 'imported'
+    step INTEGER NOT NULL,           -- the training step that added it (0: before training)
+    task_id TEXT NOT NULL DEFAULT '',
+    env TEXT NOT NULL DEFAULT '',
+    info TEXT NOT NULL DEFAULT '{}'  -- JSON: anything else (e.g. the group an insight came from)
+);
+CREATE INDEX IF NOT EXISTS items_kind ON items(kind);
+"""
+
+
+@dataclass
+class Item:
+    """One pool row, as plain values (embeddings are in :meth:`ExperiencePool.matrix`)."""
+
+    id: int
+    kind: str
+    text: str
+    key_text: str
+    intent: str | None = None
+    tools: list[str] = field(default_factory=list)
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    score: float = 0.0
+    success: bool = False
+    origin: str = "rollout"
+    step: int = 0
+    task_id: str = ""
+    env: str = ""
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class NewItem:
+    """What :meth:`ExperiencePool.add` stores (the pool embeds ``text`` and ``key_text``)."""
+
+    kind: str
+    text: str
+    key_text: str
+    intent: str | None = None
+    tools: list[str] = field(default_factory=list)
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    score: float = 0.0
+    success: bool = False
+    task_id: str = ""
+    env: str = ""
+    info: dict = field(default_factory=dict)
+
+
+class ExperiencePool:
+    """Rows in SQLite, embeddings cached in memory per kind. ``path=":memory:"`` makes a scratch pool."""
+
+    def __init__(self, path: str | Path, embedder):
+        self.path = str(path)
+        self.embedder = embedder
+        try:
+            self.conn = sqlite3.connect(self.path)
+            self.conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise SelfEvolveError(f"{self.path}: not an experience pool ({e})") from None
+        self._cache: dict[str, tuple[list[Item], np.ndarray, np.ndarray]] = {}
+        self._check_embedder()
+
+    # ---- the embedding model ----------------------------------------------------------------------------
+    def _meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+
+    def _check_embedder(self) -> None:
+        meta = self._meta()
+        name, dim = self.embedder.name, None
+        if meta and (meta.get("embedder") != name) and self.count():
+            # another model wrote these vectors: re-embed every row from its texts (they are all kept)
+            dim = self._reembed()
+        if not meta or meta.get("embedder") != name:
+            dim = dim or self.embedder.dim
+            with self.conn:
+                self.conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                      [("embedder", name), ("dim", str(dim)), ("format", "1")])
+
+    def _reembed(self) -> int:
+        rows = self.conn.execute("SELECT id, text, key_text FROM items ORDER BY id").fetchall()
+        texts = self.embedder.encode([r[1] for r in rows])
+        keys = self.embedder.encode([r[2] for r in rows])
+        with self.conn:
+            self.conn.executemany("UPDATE items SET embedding = ?, key_embedding = ? WHERE id = ?",
+                                  [(t.tobytes(), k.tobytes(), r[0]) for r, t, k in zip(rows, texts, keys)])
+        self._cache.clear()
+        return int(texts.shape[1]) if len(rows) else self.embedder.dim
+
+    @property
+    def dim(self) -> int:
+        return int(self._meta().get("dim", self.embedder.dim))
+
+    # ---- writing ----------------------------------------------------------------------------------------
+    def add(self, items: list[NewItem], step: int, origin: str) -> list[int]:
+        """Embed and store ``items`` (one embedding call for all); returns their ids."""
+        if not items:
+            return []
+        for it in items:
+            if it.kind not in KINDS:
+                raise ValueError(f"pool item kind must be one of {KINDS}, got {it.kind!r}")
+        vecs = self.embedder.encode([it.text for it in items] + [it.key_text for it in items])
+        n = len(items)
+        ids = []
+        now = time.time()
+        with self.conn:
+            for it, v, kv in zip(items, vecs[:n], vecs[n:]):
+                cur = self.conn.execute(
+                    "INSERT INTO items (kind, text, key_text, embedding, key_embedding, intent, tools, turns, score,"
+                    " success, origin, step, task_id, env, info) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (it.kind, it.text, it.key_text, v.tobytes(), kv.tobytes(), it.intent, json.dumps(it.tools),
+                     json.dumps([list(t) for t in it.turns]), float(it.score), int(bool(it.success)), origin,
+                     int(step), it.task_id, it.env, json.dumps({**it.info, "added": now})))
+                ids.append(int(cur.lastrowid))
+        self._cache.clear()
+        return ids
+
+    def truncate(self, step: int) -> int:
+        """Drop the rows added after training step ``step`` (resume); returns how many."""
+        with self.conn:
+            n = self.conn.execute("DELETE FROM items WHERE step > ?", (int(step),)).rowcount
+        self._cache.clear()
+        return n
+
+    def import_from(self, other: str | Path, step: int = 0) -> int:
+        """Copy every row of another pool (a run folder or its ``experience.sqlite``), re-embedded with this
+        pool's model when the other used another one; they count as added at ``step``. Returns how many."""
+        path = Path(other)
+        if path.is_dir():
+            path = path / FILE
+        if not path.is_file():
+            raise SelfEvolveError(f"experience.pool={str(other)!r}: no experience pool there (expected a run "
+                                  f"folder holding {FILE} or the file itself)")
+        src = ExperiencePool.__new__(ExperiencePool)
+        src.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            cols = "kind, text, key_text, embedding, key_embedding, intent, tools, turns, score, success, origin, " \
+                   "task_id, env, info"
+            rows = src.conn.execute(f"SELECT {cols} FROM items ORDER BY id").fetchall()
+            same = dict(src.conn.execute("SELECT key, value FROM meta").fetchall()).get("embedder") == \
+                self.embedder.name
+        except sqlite3.DatabaseError as e:
+            raise SelfEvolveError(f"experience.pool={str(other)!r}: not an experience pool ({e})") from None
+        finally:
+            src.conn.close()
+        if rows and not same:
+            vecs = self.embedder.encode([r[1] for r in rows] + [r[2] for r in rows])
+            rows = [(*r[:3], v.tobytes(), kv.tobytes(), *r[5:]) for r, v, kv in zip(rows, vecs[:len(rows)],
+                                                                                     vecs[len(rows):])]
+        with self.conn:
+            self.conn.executemany(
+                "INSERT INTO items (kind, text, key_text, embedding, key_embedding, intent, tools, turns, score, "
+                "success, origin, task_id, env, info, step) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(*r, int(step)) for r in rows])
+        self._cache.clear()
+        return len(rows)
+
+    def scratch_copy(self) -> "ExperiencePool":
+        """An in-memory copy (evaluation's test-time accumulation writes there, never to the run's pool)."""
+        other = ExperiencePool.__new__(ExperiencePool)
+        other.path, other.embedder, other._cache = ":memory:", self.embedder, {}
+        other.conn = sqlite3.connect(":memory:")
+        self.conn.backup(other.conn)
+        return other
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ---- reading ----------------------------------------------------------------------------------------
+    def count(self, kind: str | None = None) -> int:
+        if kind is None:
+            return int(self.conn.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+        return int(self.conn.execute("SELECT COUNT(*) FROM items WHERE kind = ?", (kind,)).fetchone()[0])
+
+    def _load(self, kind: str) -> tuple[list[Item], np.ndarray, np.ndarray]:
+        if kind not in self._cache:
+            rows = self.conn.execute(
+                "SELECT id, kind, text, key_text, intent, tools, turns, score, success, origin, step, task_id, env, "
+                "info, embedding, key_embedding FROM items WHERE kind = ? ORDER BY id", (kind,)).fetchall()
+            items = [Item(id=r[0], kind=r[1], text=r[2], key_text=r[3], intent=r[4], tools=json.loads(r[5]),
+                          turns=[tuple(t) for t in json.loads(r[6])], score=r[7], success=bool(r[8]),
+                          origin=r[9], step=r[10], task_id=r[11], env=r[12], info=json.loads(r[13]))
+                     for r in rows]
+            dim = self.dim
+            emb = np.stack([np.frombuffer(r[14], dtype=np.float32) for r in rows]) if rows else \
+                np.zeros((0, dim), np.float32)
+            key = np.stack([np.frombuffer(r[15], dtype=np.float32) for r in rows]) if rows else \
+                np.zeros((0, dim), np.float32)
+            self._cache[kind] = (items, emb, key)
+        return self._cache[kind]
+
+    def items(self, kind: str = "trajectory") -> list[Item]:
+        return self._load(kind)[0]
+
+    def matrix(self, kind: str = "trajectory", key: bool = False) -> np.ndarray:
+        """The embeddings of ``kind``'s rows, in :meth:`items` order: of their text, or of their key."""
+        return self._load(kind)[2 if key else 1]
+
+    def has_text(self, kind: str, text: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM items WHERE kind = ? AND text = ? LIMIT 1",
+                                 (kind, text)).fetchone() is not None

@@ -1,0 +1,71 @@
+"""LLM calls beyond the policy's own turns: intent classification, insight extraction (and later the judge).
+
+One small interface — :meth:`LLM.chat`: a batch of chat conversations in, one reply text each out (greedy) —
+with three backends:
+
+- ``policy``: the policy being trained, adapter on (the agent judges and distils with what it has learnt);
+- ``base``: the same weights with the LoRA adapter off (a fixed model, no second copy);
+- a local model path (or ``tiny`` / ``smollm2-135m``): a separate model, loaded once, no adapter.
+
+Every call is recorded in the run folder (``llm_calls.jsonl``: step, purpose, backend, the messages and the
+reply), so nothing the agent learns from is hidden. Callers parse the replies themselves and count what they
+cannot parse; a malformed reply is never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+LOG = "llm_calls.jsonl"
+
+
+class LLM:
+    def __init__(self, backend: str, policy=None, *, log_dir: str | Path | None = None, max_new_tokens: int = 160,
+                 dtype: str = "auto", seed: int = 0, batch_size: int = 8):
+        self.backend = backend
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.step = 0  # the training step the calls belong to (the trainer sets it; resume truncates by it)
+        self.log_path = Path(log_dir) / LOG if log_dir is not None else None
+        if backend in ("policy", "base"):
+            if policy is None:
+                raise ValueError(f"LLM backend {backend!r} needs the policy")
+            self.policy = policy
+        else:
+            from selfevolve.models.loading import load_model
+            from selfevolve.models.policy import Policy
+
+            model, tok = load_model(backend, dtype, seed=seed)
+            self.policy = Policy(model, tok, lora=None, temperature=1.0, max_new_tokens=max_new_tokens)
+
+    @property
+    def tokenizer(self):
+        return self.policy.tokenizer
+
+    def _mode(self):
+        return self.policy.reference() if self.backend == "base" else contextlib.nullcontext()
+
+    def chat(self, conversations: list[list[dict]], purpose: str, max_new_tokens: int | None = None) -> list[str]:
+        """Greedy replies to ``conversations`` (each a list of ``{"role", "content"}``), in batches."""
+        from selfevolve.agent.prompt import render_chat
+
+        out: list[str] = []
+        budget = max_new_tokens or self.max_new_tokens
+        for start in range(0, len(conversations), self.batch_size):
+            batch = conversations[start:start + self.batch_size]
+            prompts = [render_chat(self.tokenizer, msgs) for msgs in batch]
+            with self._mode():
+                gen = self.policy.generate(prompts, greedy=True, max_new_tokens=budget)
+            out += [self.policy.decode(ids) for ids in gen.ids]
+        self._record(purpose, conversations, out)
+        return out
+
+    def _record(self, purpose: str, conversations: list[list[dict]], replies: list[str]) -> None:
+        if self.log_path is None:
+            return
+        with self.log_path.open("a", encoding="utf-8") as f:
+            for msgs, reply in zip(conversations, replies):
+                f.write(json.dumps({"step": self.step, "purpose": purpose, "backend": self.backend,
+                                    "messages": msgs, "output": reply}, ensure_ascii=False) + "\n")
