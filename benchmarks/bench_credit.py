@@ -39,6 +39,9 @@ METHODS = {
     "best_of_n": ["algo.name=grpo", "rollout.search=best_of_n"],
     "beam": ["algo.name=grpo", "rollout.search=beam"],
     "lookahead": ["algo.name=grpo", "rollout.search=lookahead"],
+    # AgentEvolver self-navigating (GRPO + insights in half the rollouts, stripped and boosted), evaluated
+    # without experience: what the policy itself internalised
+    "navigate": ["algo.name=grpo", "experience.navigate=true", "eval.experience=off"],
 }
 
 

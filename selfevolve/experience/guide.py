@@ -103,6 +103,7 @@ class Experience:
                        dtype=cfg.model.dtype, seed=cfg.seed)
         self.intents = declared_intents(env_cls)
         self.rng = random.Random(f"experience-{cfg.seed}")
+        self.recall_seconds, self.recall_turns = 0.0, 0
 
     @classmethod
     def build(cls, cfg, out_dir, policy, env_cls, env_opts: dict, env_name: str, resume_step: int | None = None,
@@ -119,6 +120,24 @@ class Experience:
                 exp.pool.import_from(exp.x.pool, step=0)
             else:
                 exp.pool.add(seed_items(env_cls, env_opts, exp.x.seed_examples, env_name), step=0, origin="seed")
+        return exp
+
+    @classmethod
+    def at_checkpoint(cls, cfg, run_dir, step: int, policy, env_cls, env_opts: dict, env_name: str) -> "Experience":
+        """A run's experience as it was at checkpoint ``step``, in memory (``selfevolve eval``: the run's own
+        pool is only read; rows added after the checkpoint are left out)."""
+        path = Path(run_dir) / FILE
+        if not path.is_file():
+            from selfevolve.errors import SelfEvolveError
+
+            raise SelfEvolveError(f"{run_dir} was trained with experience.* but holds no {FILE}; evaluate it "
+                                  f"with eval.experience=off")
+        exp = cls(cfg, None, policy, env_cls, env_opts, env_name, pool=ExperiencePool(":memory:", Embedder(
+            cfg.experience.embedder)))
+        src = ExperiencePool(path, exp.embedder)
+        exp.pool = src.scratch_copy()
+        src.close()
+        exp.pool.truncate(step)
         return exp
 
     # ---- rollouts -------------------------------------------------------------------------------------------
@@ -253,5 +272,8 @@ class RolloutGuide:
             ordered = self.recaller.shuffled(found)
             ctx.set_examples(tuple(tuple(tuple(turn_) for turn_ in it.turns) for it in ordered))
             ctx.recalled = [it.id for it in ordered]
-        self.seconds += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.seconds += spent
         self.turns += 1
+        self.exp.recall_seconds += spent  # the run's totals (benchmarks report recall cost per turn)
+        self.exp.recall_turns += 1

@@ -31,6 +31,17 @@ EXTRACT_SYSTEM = (
     'with a JSON list of 1 to 3 objects, each {"when_to_use": "the situation it applies to", "content": "what '
     'to do"}, and nothing else.'
 )
+# One worked exchange (a made-up task of no built-in world): small models copy the format of an example far
+# more reliably than they follow a description of it (SmolLM2-135M wrote no JSON at all without it).
+EXTRACT_EXAMPLE = (
+    {"role": "user", "content": "Task: Book a table for two at 7 pm.\n\nA successful attempt:\nRequest: Book a "
+     "table for two at 7 pm.\nAction: check_availability(time=19:00)\nResult: free\nAction: book(time=19:00, "
+     "people=2)\nResult: booked\n\nA failed attempt:\nRequest: Book a table for two at 7 pm.\nAction: book("
+     "time=19:00)\nResult: Error: people is required\n\nWhat did the successful attempt do that the failed one "
+     "did not?"},
+    {"role": "assistant", "content": '[{"when_to_use": "booking something with a tool", "content": "Check it is '
+     'available first, then give every required argument of the booking call."}]'},
+)
 MAX_ATTEMPT_CHARS = 1500  # an attempt's text is cut to this in the extraction prompt
 BLOCK_TITLE = "Experience from earlier tasks (use it where it applies):"
 
@@ -57,7 +68,8 @@ def extraction_messages(query: str, successes: list[str], failures: list[str]) -
         parts.append("What made this attempt succeed?")
     else:
         parts.append("What went wrong, and what should be done instead?")
-    return [{"role": "system", "content": EXTRACT_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    return [{"role": "system", "content": EXTRACT_SYSTEM}, *EXTRACT_EXAMPLE,
+            {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def parse_insights(text: str) -> list[dict] | None:

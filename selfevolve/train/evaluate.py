@@ -29,19 +29,19 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
                     experience=None, accumulate: bool = False, chunk: int = 8):
     """The held-out tasks and their greedy episodes (what :func:`evaluate` scores).
 
-    ``experience`` (an ``experience.guide.Experience``): play with recall / insights. ``accumulate``: SEER's
-    test-time accumulation — episodes run in chunks of ``chunk``, and each chunk's verified successes join a
-    scratch copy of the pool before the next chunk (the run's own pool never sees test tasks)."""
+    ``experience`` (an ``experience.guide.Experience``): play with recall / insights, in batches of ``chunk``
+    episodes (recalled examples make prompts long; this bounds the caches' memory). ``accumulate``: SEER's
+    test-time accumulation — each chunk's verified successes join a scratch copy of the pool before the next
+    chunk (the run's own pool never sees test tasks)."""
     name = getattr(env_cls, "name", env_cls.__name__)
     tasks = eval_tasks(name, episodes, seed_offset)
     envs = [make_env(env_cls, **env_options) for _ in tasks]
     if experience is None:
         return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
     pool = experience.pool.scratch_copy() if accumulate else experience.pool
-    size = chunk if accumulate else len(tasks)
     trajs = []
-    for start in range(0, len(tasks), size):
-        part, part_envs = tasks[start:start + size], envs[start:start + size]
+    for start in range(0, len(tasks), chunk):
+        part, part_envs = tasks[start:start + chunk], envs[start:start + chunk]
         guide = experience.guide(part, 1, training=False, pool=pool)
         done = rollout(policy, part_envs, part, builder, max_turns=envs[0].max_turns, greedy=True, guide=guide)
         if accumulate:

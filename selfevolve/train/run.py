@@ -37,7 +37,14 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, en
     env_cls = resolve_env(cfg, env)
     options = cfg.env.options()
     builder = build_prompt(cfg, policy, make_env(env_cls, **options))
+    experience = None
+    if cfg.experience.enabled and cfg.eval.experience == "on":  # the run's pool as of this checkpoint, read-only
+        from selfevolve.experience.guide import Experience
+
+        experience = Experience.at_checkpoint(cfg, find_checkpoint(path).parent.parent, state["step"], policy,
+                                              env_cls, options, cfg.env.name)
     res = evaluate(policy, env_cls, eval_env_options(env_cls, options, cfg.eval.env), builder,
                    episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
-                   seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed)
+                   seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed, experience=experience,
+                   accumulate=cfg.eval.accumulate, chunk=cfg.eval.chunk)
     return {"checkpoint_step": state["step"], "episodes": cfg.eval.episodes, **res}

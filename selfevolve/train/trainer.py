@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -33,13 +32,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from selfevolve.agent.context import ContextSpec
 from selfevolve.agent.prompt import PromptBuilder
-from selfevolve.config import Config, save_config
-from selfevolve.envs import ENVS, env_options, make_env
+from selfevolve.config import Config
+from selfevolve.envs import ENVS, make_env
 from selfevolve.envs.base import TextEnv
 from selfevolve.experience.guide import guide_metrics
 from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
 from selfevolve.experience.pool import FILE as POOL_FILE
-from selfevolve.models.llm import LOG as LLM_LOG
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 from selfevolve.rollout.runner import RolloutStats, rollout
@@ -49,29 +47,13 @@ from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_c
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
+from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
 from selfevolve.train.samples import build_rows
 from selfevolve.train.self_ac import episode_values, self_ac_update
 from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
 from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
-
-# Sections that define a run: resuming with different values would silently train something else.
-_RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search", "experience")
-# JSONL records keyed by step
-_STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", LLM_LOG)
-_RUN_FILES = ("config.yaml", *_STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
-
-
-def _run_view(dump: dict, section: str):
-    """A config section as compared on resume; env options with their defaults filled in."""
-    value = dump.get(section)
-    if value is None:  # a run saved before the section existed ran with its defaults
-        value = Config().model_dump(mode="json").get(section)
-    if section == "env" and isinstance(value, dict) and value.get("name") in ENVS:
-        value = {**env_options(ENVS[value["name"]]), **value}
-    return value
-
 
 def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     if env is not None:
@@ -131,7 +113,7 @@ class Trainer:
                                f"a tool call in env {escape(cfg.env.name)}; every reply will be cut off. Use "
                                f"agent.max_new_tokens=96 (at least {need}).")
         self.out_dir = Path(cfg.train.out_dir)
-        self._check_out_dir()  # before the slow model load, and without writing anything yet
+        check_out_dir(cfg, self.out_dir)  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
         self.policy = build_policy(cfg, critic=cfg.algo.name in CRITICS)
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
@@ -151,7 +133,7 @@ class Trainer:
         self.step = 0
         self.resumed = False
         self.last_eval: dict[str, float] = {}
-        self._init_out_dir()
+        init_out_dir(self.cfg, self.out_dir)
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
         elif cfg.model.init_from:
@@ -159,7 +141,7 @@ class Trainer:
             self.policy.load_adapter_state(data["adapter"], value_head="optional")
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
-            for name in (*_STEP_LOGS, POOL_FILE):
+            for name in (*STEP_LOGS, POOL_FILE):
                 (self.out_dir / name).unlink(missing_ok=True)
         self.experience = None  # SEER recall / self-navigating (selfevolve/experience/)
         if cfg.experience.enabled:
@@ -168,39 +150,8 @@ class Trainer:
             self.experience = Experience.build(cfg, self.out_dir, self.policy, self.env_cls, self.env_options,
                                                cfg.env.name, resume_step=self.step if self.resumed else None,
                                                console=self.console)
-
-    # ---- run folder -------------------------------------------------------------------------------------------
-    def _is_run(self) -> bool:
-        out = self.out_dir
-        return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
-
-    def _check_out_dir(self) -> None:
-        cfg, out = self.cfg, self.out_dir
-        if out.exists() and not out.is_dir():
-            raise SelfEvolveError(f"train.out_dir={str(out)!r} is a file, not a folder")
-        if self._is_run() and not cfg.train.resume and not cfg.train.overwrite:
-            raise SelfEvolveError(
-                f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
-                f"replace it with train.overwrite=true, or choose another train.out_dir."
-            )
-        if self._is_run() and cfg.train.resume:
-            old = yaml.safe_load((out / "config.yaml").read_text()) or {}
-            diff = [k for k in _RUN_DEFINING if _run_view(old, k) != _run_view(cfg.model_dump(mode="json"), k)]
-            if diff:
-                raise SelfEvolveError(
-                    f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
-                    f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume"
-                )
-
-    def _init_out_dir(self) -> None:
-        out = self.out_dir
-        if self._is_run() and not self.cfg.train.resume and self.cfg.train.overwrite:
-            # Remove only what a run writes: out_dir may be a folder that holds other things too.
-            for name in _RUN_FILES:
-                p = out / name
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-        out.mkdir(parents=True, exist_ok=True)
-        save_config(self.cfg, out / "config.yaml")
+            if getattr(self, "_experience_rng", None) is not None:
+                self.experience.rng.setstate(self._experience_rng)  # the recall shuffles continue exactly
 
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.out_dir)
@@ -213,6 +164,7 @@ class Trainer:
         self.tasks.cursor = st["task_cursor"]
         self.last_eval = st.get("last_eval", {})
         rng = data["rng"]
+        self._experience_rng = rng.get("experience")
         self.rng.setstate(rng["python"])
         torch.set_rng_state(rng["torch"])
         try:
@@ -220,7 +172,7 @@ class Trainer:
         except (RuntimeError, TypeError) as e:
             raise SelfEvolveError(f"cannot resume {self.out_dir} on this device ({e}); resume on the kind of "
                                   f"device the run started on") from None
-        for name in _STEP_LOGS:
+        for name in STEP_LOGS:
             truncate_jsonl(self.out_dir / name, self.step)
         self.resumed = True
         self.console.print(f"[bold]resuming[/] {escape(str(self.out_dir))} from step {self.step} ({ckpt.name})")
@@ -232,7 +184,8 @@ class Trainer:
             adapter=self.policy.adapter_state(),
             optimizer=self.optimizer,
             state={"task_cursor": self.tasks.cursor, "last_eval": self.last_eval},
-            rng={"python": self.rng.getstate(), "torch": torch.get_rng_state(), "sampler": self.generator.get_state()},
+            rng={"python": self.rng.getstate(), "torch": torch.get_rng_state(), "sampler": self.generator.get_state(),
+                 **({"experience": self.experience.rng.getstate()} if self.experience is not None else {})},
             config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
             policy=self.policy,
         )

