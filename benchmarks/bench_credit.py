@@ -42,6 +42,8 @@ METHODS = {
     # AgentEvolver self-navigating (GRPO + insights in half the rollouts, stripped and boosted), evaluated
     # without experience: what the policy itself internalised
     "navigate": ["algo.name=grpo", "experience.navigate=true", "eval.experience=off"],
+    "navigate_recompute": ["algo.name=grpo", "experience.navigate=true", "experience.old_logprobs=recompute",
+                           "eval.experience=off"],
 }
 
 

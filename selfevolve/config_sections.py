@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -284,6 +284,13 @@ class EvalConfig(_Section):
     experience: Literal["on", "off"] = Field(
         "on", description="Evaluate with the run's experience (recall / insights) when it has any (on), or "
         "without it (off: what the policy itself internalised).")
+
+    @field_validator("experience", mode="before")
+    @classmethod
+    def _on_off(cls, v):
+        # YAML (and so the command line) reads a bare on / off as a boolean
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
     accumulate: bool = Field(False, description="SEER's test-time accumulation: evaluate in chunks of "
                              "eval.chunk episodes, adding each chunk's verified successes to a scratch copy of "
                              "the pool before the next (the run's pool is unchanged).")
