@@ -85,6 +85,7 @@ def main() -> None:
             entry["pool_seed"] = exp.pool.count("trajectory")
             entry["recall_s_per_turn"] = exp.recall_seconds / max(exp.recall_turns, 1)
             entry["recall_share_of_time"] = exp.recall_seconds / seconds
+            entry["batched_turns"] = exp.recall_turns  # generation calls of the whole batch (recall runs once each)
             entry["llm_calls"] = llm_calls
         results[f"{args.world}/{name}"] = entry
         out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -292,7 +292,10 @@ def test_training_with_navigation_end_to_end(tmp_path):
     final = Trainer(load_config(overrides=[
         *FAST, "env.name=frozenlake", "env.size=3", "experience.navigate=true", "algo.group_size=4",
         "experience.old_logprobs=recompute", "experience.llm_max_new_tokens=16", "train.steps=2",
-        f"train.out_dir={out}"])).train()
+        "experience.recall=seer", "experience.seed_examples=2", f"train.out_dir={out}"])).train()
+    # SEER on a world without tools or intents: recall by similarity alone, from BFS solutions of train seeds
+    step = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])["steps"][0]
+    assert len(step["info"]["recalled"]) == 2
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]
     assert last["experience/extract_calls"] == 1  # one group per step
@@ -300,7 +303,7 @@ def test_training_with_navigation_end_to_end(tmp_path):
         last["experience/insights_invalid"] >= 1  # the tiny model's reply was read (and most likely malformed)
     assert 0 <= final["eval/success"] <= 1
     calls = [json.loads(x) for x in (out / "llm_calls.jsonl").read_text().splitlines()]
-    assert [c["step"] for c in calls] == [1, 2] and {c["purpose"] for c in calls} == {"extract"}
+    assert [c["step"] for c in calls] == [1, 2] and {c["purpose"] for c in calls} == {"extract"}  # no intents
 
 
 # ---- accumulation and extraction ----------------------------------------------------------------------------
