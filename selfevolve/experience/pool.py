@@ -50,26 +50,6 @@ CREATE INDEX IF NOT EXISTS items_kind ON items(kind);
 
 
 @dataclass
-class Item:
-    """One pool row, as plain values (embeddings are in :meth:`ExperiencePool.matrix`)."""
-
-    id: int
-    kind: str
-    text: str
-    key_text: str
-    intent: str | None = None
-    tools: list[str] = field(default_factory=list)
-    turns: list[tuple[str, str]] = field(default_factory=list)
-    score: float = 0.0
-    success: bool = False
-    origin: str = "rollout"
-    step: int = 0
-    task_id: str = ""
-    env: str = ""
-    info: dict = field(default_factory=dict)
-
-
-@dataclass
 class NewItem:
     """What :meth:`ExperiencePool.add` stores (the pool embeds ``text`` and ``key_text``)."""
 
@@ -84,6 +64,15 @@ class NewItem:
     task_id: str = ""
     env: str = ""
     info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Item(NewItem):
+    """One pool row, as plain values (embeddings are in :meth:`ExperiencePool.matrix`)."""
+
+    id: int = 0
+    origin: str = "rollout"
+    step: int = 0
 
 
 class ExperiencePool:
