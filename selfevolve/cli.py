@@ -1,4 +1,4 @@
-"""The ``selfevolve`` command: ``train`` and ``eval``.
+"""The ``selfevolve`` command: ``train``, ``eval`` and ``explore``.
 
 Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
 status 2 — no traceback.
@@ -116,6 +116,37 @@ def eval_cmd(
         raise typer.Exit(130)
     for k, v in result.items():
         out.print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
+
+
+EXPLORE_HELP = """Self-questioning: explore a tool world with the policy, write training tasks from what it found,
+keep those whose reference solution executes, and report what each filter removed. Options as for train
+(questioning.* keys; see `selfevolve train --help`), e.g.:
+
+    selfevolve explore env.name=shop questioning.explorations=16 questioning.out=runs/questions
+
+Then train on the tasks: selfevolve train env.name=shop env.tasks_file=runs/questions/tasks.jsonl env.split=synth"""
+
+
+@app.command(
+    help=EXPLORE_HELP,
+    short_help="Explore a world and write training tasks from it (self-questioning).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+    from selfevolve.config import load_config
+    from selfevolve.errors import SelfEvolveError
+
+    _quiet_libraries()
+    path, overrides = _split_args(args or [])
+    try:
+        from selfevolve.questioning.pipeline import run_questioning
+
+        report = run_questioning(load_config(path, overrides), console=err)
+    except SelfEvolveError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    out.print(f"kept {report['kept']} tasks in {report['tasks_file']} · removed {report['removed']}")
 
 
 def main() -> None:

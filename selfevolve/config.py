@@ -34,6 +34,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     RolloutConfig,
     SearchConfig,
     ExperienceConfig,
+    QuestioningConfig,
     TrainConfig,
     EvalConfig,
 )
@@ -54,6 +55,7 @@ class Config(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     experience: ExperienceConfig = Field(default_factory=ExperienceConfig)
+    questioning: QuestioningConfig = Field(default_factory=QuestioningConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 

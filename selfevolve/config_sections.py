@@ -257,6 +257,28 @@ class ExperienceConfig(_Section):
         return self.recall != "none" or self.navigate
 
 
+class QuestioningConfig(_Section):
+    """``selfevolve explore``: AgentEvolver self-questioning (docs/questioning.md)."""
+
+    explorations: int = Field(16, ge=1, description="Explorations, run as one batch (sandboxes: training seeds "
+                              "0, 1, ...).")
+    steps: int = Field(8, ge=1, description="Tool calls per exploration.")
+    breadth_steps: int = Field(4, ge=0, description="First calls of an exploration that are nudged towards "
+                               "operations not used yet (breadth); later ones chain results into inputs (depth).")
+    window: int = Field(3, ge=1, description="Myopic window: the explorer sees its last this-many turns.")
+    tasks_per_exploration: int = Field(3, ge=1, description="Tasks the writer is asked for per exploration.")
+    num_ops: int = Field(2, ge=1, description="Task preference: operations a task should take (finish included).")
+    writer: Literal["llm", "template"] = Field(
+        "llm", description="llm: questioning.llm writes the tasks (the method); template: phrase "
+        "verified look-ups of the exploration as questions (a labelled fallback, no model).")
+    llm: str = Field("policy", description="Model of the writer calls: policy, base or a local model path.")
+    max_new_tokens: int = Field(320, ge=16, description="Reply budget of a writer call.")
+    duplicate: float = Field(0.8, gt=0, le=1, description="Jaccard similarity of queries at or above which a "
+                             "task is a duplicate.")
+    out: str = Field("runs/questions", description="Folder for explorations.jsonl, tasks.jsonl, report.json and "
+                     "llm_calls.jsonl.")
+
+
 class TrainConfig(_Section):
     steps: int = Field(20, ge=0, description="Training steps (rollouts + update each).")
     tasks_per_step: int = Field(4, ge=1, description="Distinct tasks per step; each gets group_size rollouts.")

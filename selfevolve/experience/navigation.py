@@ -19,12 +19,11 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import torch
 
 from selfevolve.experience.pool import NewItem
+from selfevolve.models.llm import parse_json_list
 
 EXTRACT_SYSTEM = (
     "You review an agent's attempts at a task and write down experience that helps with similar tasks. Answer "
@@ -75,19 +74,8 @@ def extraction_messages(query: str, successes: list[str], failures: list[str]) -
 def parse_insights(text: str) -> list[dict] | None:
     """The insight objects of a reply: a JSON list of objects (or one object), text around it ignored; None when
     there is no such JSON. Objects keep only string ``when_to_use`` and ``content``; at most 3."""
-    data = None
-    for open_, close in (("[", "]"), ("{", "}")):
-        start, end = text.find(open_), text.rfind(close)
-        if start < 0 or end <= start:
-            continue
-        try:
-            data = json.loads(text[start:end + 1])
-            break
-        except json.JSONDecodeError:
-            continue
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
+    data = parse_json_list(text)
+    if data is None:
         return None
     out = [{"when_to_use": " ".join(d["when_to_use"].split()), "content": " ".join(d["content"].split())}
            for d in data if isinstance(d, dict) and isinstance(d.get("when_to_use"), str)

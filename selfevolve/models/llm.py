@@ -21,6 +21,27 @@ from pathlib import Path
 LOG = "llm_calls.jsonl"
 
 
+def parse_json_list(text: str) -> list[dict] | None:
+    """The JSON objects of a reply: a JSON list (its object items) or one object, text around it ignored (small
+    models add prose); None when the reply holds no such JSON."""
+    data = None
+    for open_, close in (("[", "]"), ("{", "}")):
+        start, end = text.find(open_), text.rfind(close)
+        if start < 0 or end <= start:
+            continue
+        try:
+            data = json.loads(text[start:end + 1])
+            break
+        except json.JSONDecodeError:
+            continue
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        return None
+    objects = [d for d in data if isinstance(d, dict)]
+    return objects or None
+
+
 class LLM:
     def __init__(self, backend: str, policy=None, *, log_dir: str | Path | None = None, max_new_tokens: int = 160,
                  dtype: str = "auto", seed: int = 0, batch_size: int = 8):

@@ -136,10 +136,21 @@ def tool_prompt(intro: str, toolset: ToolSet, example: str, listing: bool = True
 
 
 # ---------------------------------------------------------------------------------------------- the world
+# A task's split: the world's own training and held-out tasks, and tasks written by self-questioning
+# (selfevolve/questioning/), which are training tasks kept apart so that a run can use them alone or mixed.
+SPLITS = ("train", "test", "synth")
+
+
+def in_split(task_split: str, split: str) -> bool:
+    """Whether a task of ``task_split`` belongs to the env option ``split`` ('all', or splits joined by '+')."""
+    return split == "all" or task_split in split.split("+")
+
+
 def _check_options(world: str, split: str, level: Any, levels: tuple[int, ...], max_turns: Any,
                    invalid_penalty: Any, tool_error_penalty: Any) -> None:
-    if split not in ("train", "test", "all"):
-        raise ConfigError(f"{world} option 'split' must be 'train', 'test' or 'all', got {split!r}")
+    if split != "all" and (not split or any(part not in SPLITS for part in split.split("+"))):
+        raise ConfigError(f"{world} option 'split' must be 'all' or one of {', '.join(SPLITS)}, or several "
+                          f"joined by '+' (e.g. 'train+synth'), got {split!r}")
     if level is not None and (isinstance(level, bool) or level not in levels):
         raise ConfigError(f"{world} option 'level' must be null or one of {list(levels)}, got {level!r}")
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -175,6 +186,7 @@ class ToolWorld(TextEnv):
     levels: ClassVar[tuple[int, ...]] = (1, 2, 3)
     toolset: ClassVar[ToolSet]  # built for each subclass by __init_subclass__
     intents: ClassVar[tuple[str, ...]] = ()  # the kinds of request (a world's profile lists them)
+    profile: ClassVar[Any] = None  # the world described as data (worlds/profile.py): self-questioning reads it
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -189,7 +201,7 @@ class ToolWorld(TextEnv):
         _check_options(self.name, split, level, self.levels, max_turns, invalid_penalty, tool_error_penalty)
         self.split, self.level, self.max_turns = split, level, max_turns
         self.invalid_penalty, self.tool_error_penalty = float(invalid_penalty), float(tool_error_penalty)
-        self.tasks = [t for t in self.all_tasks() if split in ("all", t.split) and level in (None, t.level)]
+        self.tasks = [t for t in self.all_tasks() if in_split(t.split, split) and level in (None, t.level)]
         self._seed_order: list[int] = []  # seed -> task permutation, built on first use (see task_for)
         if not self.tasks:
             raise ConfigError(f"{self.name}: no tasks for split={split!r} level={level!r}")
@@ -213,6 +225,17 @@ class ToolWorld(TextEnv):
 
     def begin(self, task: Task) -> None:
         """Set up the world's state for a new episode of ``task`` (e.g. a fresh copy of a database)."""
+
+    def derived_goal(self, answer: Any) -> dict[str, Any]:
+        """The goal a task must have for the episode played so far, ended with ``answer``, to count as solved
+        (self-questioning derives a synthesized task's verifier from running its reference). Default: the
+        answer; worlds that also check their state add it (the shop: the rows changed)."""
+        return {"answer": answer}
+
+    def held_out_marks(self) -> set[str]:
+        """Strings (ids, names) that only held-out tasks are about: a synthesized task that mentions one is
+        dropped, so self-questioning never trains on test material. Default: none."""
+        return set()
 
     def world_snapshot(self) -> Any:
         return None

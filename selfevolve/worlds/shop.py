@@ -18,7 +18,7 @@ from typing import Any
 from selfevolve.worlds.base import Task, ToolWorld, answers_match, check_seed_option, load_tasks, tool_prompt
 from selfevolve.worlds.profile import Entity, EnvProfile, operations
 from selfevolve.worlds.shop_data import TABLES, changes, columns, database_image
-from selfevolve.worlds.shop_tasks import QUOTAS, generate_tasks, held_out_users
+from selfevolve.worlds.shop_tasks import QUOTAS, generate_tasks, held_out_marks, held_out_users
 from selfevolve.worlds.shop_tools import ShopTools
 from selfevolve.worlds.tools import ToolSet, format_tool_call
 
@@ -46,7 +46,7 @@ class ShopEnv(ShopTools, ToolWorld):
     """Customer service on a SQLite shop database (users, products with variants, orders, payments).
 
     Options:
-        split: "train", "test" or "all": which tasks ``reset(seed)`` draws from (test customers are held out).
+        split: "train", "test", "synth" (tasks written by self-questioning, from ``tasks_file``), "all", or several joined by "+" (e.g. "train+synth"): which tasks ``reset(seed)`` draws from (test customers are held out).
         level: None for every level, or 1 (one look-up and an answer), 2 (look-ups and one write), 3 (finding
             the customer first, several look-ups and writes).
         max_turns: the turn limit; the episode ends unsolved when it is reached.
@@ -83,6 +83,12 @@ class ShopEnv(ShopTools, ToolWorld):
     def goal_reached(self, answer: str) -> bool:
         goal = self.task.goal
         return answers_match(answer, goal.get("answer")) and self.changes() == goal.get("changes", {})
+
+    def derived_goal(self, answer: Any) -> dict[str, Any]:
+        return {"answer": answer, "changes": self.changes()}
+
+    def held_out_marks(self) -> set[str]:
+        return set(held_out_marks(self.db_seed))
 
     def changes(self) -> dict[str, Any]:
         """The rows this episode has inserted, updated or deleted so far (see ``shop_data.changes``)."""
@@ -164,3 +170,4 @@ SHOP_PROFILE = EnvProfile(
                                               "3": "identify the customer, several look-ups and writes"}},
 )
 ShopEnv.intents = SHOP_PROFILE.intents  # the declared intent set (SEER's intent classifier chooses among them)
+ShopEnv.profile = SHOP_PROFILE  # what self-questioning explores from (selfevolve/questioning/)

@@ -49,6 +49,21 @@ def held_out_users(seed: int = 0) -> set[str]:
     return set(_Index(dataset(seed), seed).test_users)
 
 
+@lru_cache(maxsize=4)
+def held_out_marks(seed: int = 0) -> frozenset[str]:
+    """What only test requests are about: the test customers' ids, emails, full names, orders and payment
+    methods, and the test variants (self-questioning drops a synthesized task that mentions one)."""
+    data = dataset(seed)
+    ix = _Index(data, seed)
+    marks = set(ix.test_users) | set(ix.test_variants)
+    for u in data.table("users"):
+        if u["id"] in ix.test_users:
+            marks |= {u["email"], f"{u['first_name']} {u['last_name']}"}
+    marks |= {o["id"] for o in data.table("orders") if o["user_id"] in ix.test_users}
+    marks |= {p["id"] for p in data.table("payment_methods") if p["user_id"] in ix.test_users}
+    return frozenset(marks)
+
+
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 

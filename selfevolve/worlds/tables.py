@@ -267,7 +267,7 @@ class TablesEnv(TablesTools, ToolWorld):
     """Question answering over local tables (flights, employees, airports) with load / filter / aggregate tools.
 
     Options:
-        split: "train", "test" or "all": which questions ``reset(seed)`` draws from.
+        split: "train", "test", "synth" (tasks written by self-questioning, from ``tasks_file``), "all", or several joined by "+" (e.g. "train+synth"): which questions ``reset(seed)`` draws from.
         level: None for both, 1 for the easy questions (one table, a look-up or one aggregate), 2 for the hard
             ones (several aggregates and the calculator, group-by, or two or three tables).
         max_turns: the turn limit; the episode ends unsolved when it is reached.
@@ -360,3 +360,4 @@ TABLES_PROFILE = EnvProfile(
                                               "2": "hard: several steps, the calculator, group-by or several tables"}},
 )
 TablesEnv.intents = TABLES_PROFILE.intents  # the declared intent set (SEER's intent classifier chooses among them)
+TablesEnv.profile = TABLES_PROFILE  # what self-questioning explores from (selfevolve/questioning/)

@@ -1,0 +1,121 @@
+"""Curiosity-driven exploration (AgentEvolver self-questioning, stage 1; ``shared/design/methods.md`` §7).
+
+The policy, sampling at temperature 1.0, is put in a tool world with no task and asked to find out what the
+world holds, one tool call per turn:
+
+- **breadth** for the first ``breadth_steps`` turns: after each result it is told which operations it has not
+  tried yet, so that the first calls scan the world's operations rather than repeat one;
+- **depth** afterwards: it is asked to feed a value from a result (an id, a name) into another operation, so
+  that calls chain the way a real request's calls do;
+- a **myopic window**: only the last ``window`` turns are shown (``PromptBuilder.history``), as in the paper —
+  exploration is local, and short prompts keep it cheap;
+- **no identical repeats**: a call made before is refused (the world is not stepped) and the model is told so;
+  so is ``finish`` (there is no task to end).
+
+Many explorations run as one batched rollout (``rollout.runner.rollout``). Each exploration's calls and results
+are what the task writer (``synthesize.py``) reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.worlds.tools import CallError
+
+BRIEF = ("There is no customer and no task yet. Explore this system: call one tool per reply to find out what "
+         "data it holds ({entities}). Do not call finish.")
+BREADTH_HINT = "Next, try an operation you have not used yet: {ops}."
+DEPTH_HINT = "Next, use a value from a result above (an id, a name, an email) as an argument of another operation."
+REPEAT = "Error: you already made this exact call. Make a different one."
+NO_FINISH = "Error: there is no task to finish; keep exploring with the other tools."
+
+
+class Exploration(TextEnv):
+    """A tool world without a task, wrapped for exploring: the world is a fresh copy of its state (the one a
+    training task starts from); ``finish`` and repeated calls are refused, and every result is followed by the
+    breadth or depth hint."""
+
+    max_turns = 8
+
+    def __init__(self, world, breadth_steps: int = 4, max_turns: int = 8, entities: str = ""):
+        self.world, self.breadth_steps, self.max_turns = world, breadth_steps, max_turns
+        self.entities = entities
+        self.name = f"explore-{world.name}"
+        self.instructions, self.examples = world.instructions, world.examples
+        self.tools, self.tool_instructions = world.tools, world.tool_instructions
+        self.operations = [t.name for t in world.toolset if t.name != "finish"]
+
+    def reset(self, seed: int) -> str:
+        self.world.reset(seed)  # a training task's fresh world; its request is not shown
+        self.turn, self.keys, self.used = 0, set(), []
+        self.log: list[dict[str, Any]] = []
+        return BRIEF.format(entities=self.entities or "its records")
+
+    def hint(self) -> str:
+        if self.turn < self.breadth_steps:
+            unused = [op for op in self.operations if op not in self.used]
+            if unused:
+                return BREADTH_HINT.format(ops=", ".join(unused))
+        return DEPTH_HINT
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        done = self.turn >= self.max_turns
+        try:
+            call = self.world.toolset.parse(action)
+        except CallError:
+            call = None
+        refusal = None if call is None else REPEAT if call.key() in self.keys else \
+            NO_FINISH if call.name == "finish" else None
+        if refusal is not None:  # the world is not stepped
+            self.log.append({"call": call.text(), "valid": False, "repeat": refusal == REPEAT, "result": refusal})
+            return StepResult(f"{refusal}\n{self.hint()}", 0.0, done, {"success": False, "valid_action": False})
+        obs, _, world_done, info = self.world.step(action)
+        valid, error = bool(info.get("valid_action")), bool(info.get("tool_error"))
+        if call is not None and valid:
+            self.keys.add(call.key())
+            self.used.append(call.name)
+        self.log.append({"call": call.text() if call is not None else action, "valid": valid and not error,
+                         "repeat": False, "result": obs})
+        return StepResult(f"{obs}\n{self.hint()}", 0.0, done or world_done,
+                          {"success": False, "valid_action": valid, "tool_call": info.get("tool_call")})
+
+
+@dataclass
+class ExplorationRecord:
+    """One exploration: the sandbox seed and its turns ``{"call", "valid", "repeat", "result"}``."""
+
+    seed: int
+    turns: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def good_turns(self) -> list[dict[str, Any]]:
+        """The calls that ran without error (what a task can be written from)."""
+        return [t for t in self.turns if t["valid"]]
+
+    def text(self, max_result_chars: int = 400) -> str:
+        """The calls that ran and their results, numbered (the task writer's input)."""
+        lines = []
+        for k, t in enumerate(self.good_turns, 1):
+            result = t["result"] if len(t["result"]) <= max_result_chars else t["result"][:max_result_chars] + "…"
+            lines.append(f"{k}. {t['call'].replace(chr(10), ' ')}\n   Result: {result}")
+        return "\n".join(lines)
+
+
+def explore(policy, builder, world_factory, *, explorations: int, steps: int, breadth_steps: int,
+            entities: str = "", seed: int = 0, first_seed: int = 0) -> list[ExplorationRecord]:
+    """``explorations`` batched explorations of ``steps`` turns each, sandboxes from training seeds
+    ``first_seed``, ``first_seed + 1``, ...; ``builder`` should show a window of the last turns
+    (``history``). Sampling uses the policy's temperature with a generator seeded by ``seed``."""
+    from selfevolve.rollout.runner import rollout
+    from selfevolve.types import Task
+
+    envs = [Exploration(world_factory(), breadth_steps, steps, entities) for _ in range(explorations)]
+    tasks = [Task(id=f"explore-{first_seed + i}", env=envs[0].name, seed=first_seed + i) for i in range(explorations)]
+    gen = torch.Generator(device=policy.device).manual_seed(seed)
+    rollout(policy, envs, tasks, builder, max_turns=steps, generator=gen, reuse_cache=builder.history is None)
+    return [ExplorationRecord(seed=t.seed, turns=env.log) for t, env in zip(tasks, envs)]

@@ -1,0 +1,137 @@
+"""``selfevolve explore``: explore a world, write tasks from what was found, keep those that pass the filters.
+
+Writes to ``questioning.out``: ``explorations.jsonl`` (every exploration, every call and result),
+``llm_calls.jsonl`` (every writer and intent call), ``tasks.jsonl`` (the kept tasks as the world's tasks, split
+``synth``, with reference solution and derived goal) and ``report.json`` (how many each filter removed, intent
+and operation coverage, diversity). Train on the tasks with ``env.tasks_file=OUT/tasks.jsonl env.split=synth``,
+or mixed with the world's own training tasks with ``env.split=train+synth``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections import Counter
+from pathlib import Path
+
+from selfevolve.envs import make_env
+from selfevolve.errors import SelfEvolveError
+from selfevolve.experience.intent import classify
+from selfevolve.models.llm import LLM
+from selfevolve.questioning.explore import explore
+from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
+from selfevolve.worlds.base import Task as WorldTask
+from selfevolve.worlds.base import save_tasks
+
+
+def world_of(cfg):
+    """The configured environment class, which must be a tool world with a profile."""
+    from selfevolve.train.trainer import resolve_env
+
+    env_cls = resolve_env(cfg, None)
+    if getattr(env_cls, "profile", None) is None:
+        raise SelfEvolveError(f"selfevolve explore needs a world with a profile (env.name=shop or tables); "
+                              f"{cfg.env.name!r} has none")
+    return env_cls
+
+
+def diversity(queries: list[str]) -> float:
+    """Mean pairwise Jaccard distance (1 − similarity) of the kept queries; 0 with fewer than two."""
+    pairs = list(itertools.combinations(queries, 2))
+    return sum(1 - jaccard(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def run_questioning(cfg, console=None) -> dict:
+    from selfevolve.train.trainer import build_policy, build_prompt
+
+    q = cfg.questioning
+    env_cls = world_of(cfg)
+    profile = env_cls.profile
+    options = {**cfg.env.options(), "split": "train"}  # sandboxes are training seeds
+    out = Path(q.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("explorations.jsonl", "llm_calls.jsonl", "tasks.jsonl", "report.json"):
+        (out / name).unlink(missing_ok=True)  # one run per folder: its files describe one run
+
+    policy = build_policy(cfg)
+    world = make_env(env_cls, **options)
+    builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
+    say = console.print if console is not None else (lambda *a, **k: None)
+    say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} calls")
+    entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
+    records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
+                      steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed)
+    with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")
+
+    # ---- writing -----------------------------------------------------------------------------------------
+    llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed)
+    useful = [r for r in records if r.good_turns]
+    counts = Counter({f: 0 for f in FILTERS})
+    candidates: list[tuple[int, dict]] = []  # (sandbox seed, task)
+    say(f"writing tasks from {len(useful)} explorations with a working call (writer: {q.writer})")
+    if q.writer == "template":
+        candidates = [(r.seed, t) for r in useful for t in template_tasks(r, profile)]
+    else:
+        for start in range(0, len(useful), llm.batch_size):
+            batch = useful[start:start + llm.batch_size]
+            earlier = [t["query"] for _, t in candidates]
+            replies = llm.chat([writer_messages(profile, r.text(), earlier, q.tasks_per_exploration, q.num_ops)
+                                for r in batch], purpose="write_tasks")
+            for r, reply in zip(batch, replies):
+                found = parse_tasks(reply)
+                if found is None:
+                    counts["unparseable"] += 1
+                    continue
+                candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+
+    # ---- filtering -----------------------------------------------------------------------------------------
+    held_out = [t.instruction for t in make_env(env_cls, **{**options, "split": "test"}).tasks]
+    marks = world.held_out_marks()
+    kept: list[WorldTask] = []
+    for seed, t in candidates:
+        calls = t["action_sequence"]
+        if is_duplicate(t["query"], [k.instruction for k in kept] + held_out, q.duplicate):
+            counts["duplicate"] += 1
+        elif not calls:
+            counts["empty_reference"] += 1
+        elif mentions(marks, t["query"] + json.dumps(calls, ensure_ascii=False)):
+            counts["held_out"] += 1
+        elif not (run := execute(world, seed, calls)).ok:
+            counts["execution"] += 1
+        else:
+            writes = any(env_cls.toolset[c["name"]].writes for c in calls)
+            task = WorldTask(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
+                             level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
+                             instruction=t["query"], goal=run.goal, solution=calls)
+            if verifies(make_env(env_cls, **options), task):
+                kept.append(task)
+            else:
+                counts["unverifiable"] += 1
+
+    # ---- intents, report ---------------------------------------------------------------------------------
+    if kept and env_cls.intents:
+        found, _ = classify(llm, [k.instruction for k in kept], list(env_cls.intents))
+        kept = [dataclasses.replace(k, intent=i or "unknown") for k, i in zip(kept, found)]
+    save_tasks(kept, str(out / "tasks.jsonl"))
+    ops_used = {c["name"] for k in kept for c in k.solution} - {"finish"}
+    all_ops = {o.name for o in profile.operations} - {"finish"}
+    report = {
+        "env": env_cls.name, "writer": q.writer, "explorations": len(records),
+        "explorations_with_a_working_call": len(useful),
+        "calls": sum(len(r.turns) for r in records), "working_calls": sum(len(r.good_turns) for r in records),
+        "writer_calls": 0 if q.writer == "template" else len(useful),
+        "candidates": len(candidates), "removed": dict(counts), "kept": len(kept),
+        "intent_coverage": sorted({k.intent for k in kept} & set(env_cls.intents)),
+        "intents": dict(Counter(k.intent for k in kept)),
+        "operation_coverage": f"{len(ops_used & all_ops)}/{len(all_ops)}", "operations_used": sorted(ops_used),
+        "diversity": round(diversity([k.instruction for k in kept]), 3),
+        "tasks_file": str(out / "tasks.jsonl"),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    say(f"kept {len(kept)} of {len(candidates)} candidate tasks; removed: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return report

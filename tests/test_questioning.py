@@ -1,0 +1,138 @@
+"""Self-questioning on real parts: the shop world, its tools and database, the tiny policy, the trainer."""
+
+import json
+
+import pytest
+
+from selfevolve import Trainer, load_config
+from selfevolve.envs import make_env
+from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.questioning.explore import (BREADTH_HINT, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
+                                            ExplorationRecord)
+from selfevolve.questioning.filters import execute, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.pipeline import diversity, run_questioning
+from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
+from selfevolve.worlds import ShopEnv
+from selfevolve.worlds.base import Task as WorldTask
+from selfevolve.worlds.base import save_tasks
+from selfevolve.worlds.tools import format_tool_call
+
+TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8"]
+
+
+def shop_order(split="train"):
+    """A pending order of a training (or test) customer, read from the shop's own tasks."""
+    env = make_env("shop", split=split)
+    task = next(t for t in env.tasks if t.intent == "cancel_order")
+    return env, task.solution[0]["arguments"]["order_id"]
+
+
+def test_exploration_scans_operations_before_chaining_and_refuses_repeats():
+    world, order = shop_order()
+    env = Exploration(world, breadth_steps=2, max_turns=4, entities="orders")
+    assert "orders" in env.reset(0)
+    call = format_tool_call("get_order", {"order_id": order})
+    obs = env.step(call).observation
+    assert obs.endswith(BREADTH_HINT.format(ops=", ".join(op for op in env.operations if op != "get_order")))
+    obs, _, done, info = env.step(call)  # the same call again: refused, the world is not stepped
+    assert obs.startswith(REPEAT) and not info["valid_action"] and world.turn == 1
+    assert obs.endswith(DEPTH_HINT)  # 2 turns done: depth from now on
+    env.step(format_tool_call("get_order", {"order_id": "nope"}))  # a refused call: logged, not working
+    obs, _, done, _ = env.step(format_tool_call("finish", {"answer": "x"}))  # nothing to finish: refused
+    assert obs.startswith(NO_FINISH) and done and not world.done  # (the 4th turn ends the exploration)
+    assert [t["valid"] for t in env.log] == [True, False, False, False] and env.log[1]["repeat"]
+    record = ExplorationRecord(0, env.log)
+    assert len(record.good_turns) == 1 and record.text().startswith("1. <tool_call>")
+
+
+def test_jaccard_and_duplicates_by_hand():
+    # {where, is, my, order, w1} vs {where, is, order, w1}: 4 shared of 5 -> 0.8, a duplicate at 0.8
+    assert jaccard("Where is my order W1?", "where is order w1") == pytest.approx(0.8)
+    assert is_duplicate("Where is my order W1?", ["where is order w1"], 0.8)
+    assert not is_duplicate("Where is my order W1?", ["where is order w1"], 0.81)
+    assert jaccard("", "") == 1.0 and jaccard("a b", "c d") == 0.0
+    assert mentions({"U007"}, "orders of u007 please") and not mentions({"U007"}, "U0071")
+    assert diversity(["a b", "a b"]) == 0.0 and diversity(["a b", "c d"]) == 1.0
+
+
+def test_execution_keeps_working_references_with_their_goal_and_drops_failing_ones():
+    world, order = shop_order()
+    lookup = [{"name": "get_order", "arguments": {"order_id": order}}]
+    run = execute(world, 0, lookup + [{"name": "finish", "arguments": {"answer": "pending"}}])
+    assert run.ok and run.goal == {"answer": "pending", "changes": {}}
+    assert not execute(world, 0, [{"name": "get_order", "arguments": {"order_id": "W0000"}}]).ok  # tool refuses
+    assert "does not end with finish" in execute(world, 0, lookup).reason
+    assert not execute(world, 0, [{"name": "no_such_tool", "arguments": {}}]).ok
+    assert "finish is call 1" in execute(world, 0, [{"name": "finish", "arguments": {"answer": 1}}] + lookup).reason
+
+    # a write: the goal records the rows it changed, and the task it makes is solved by its reference only
+    cancel = lookup + [{"name": "cancel_order", "arguments": {"order_id": order, "reason": "no longer needed"}},
+                       {"name": "finish", "arguments": {"answer": "cancelled"}}]
+    run = execute(world, 0, cancel)
+    assert run.ok and run.goal["changes"]
+    task = WorldTask("shop-synth-0000", "synth", 2, "cancel_order", f"Cancel order {order}.", run.goal, cancel)
+    assert verifies(make_env("shop"), task)
+    env = make_env("shop")
+    env.load(task)
+    assert not env.step(format_tool_call("finish", {"answer": "cancelled"})).info["success"]  # nothing changed
+
+
+def test_writer_prompt_and_parsing():
+    msgs = writer_messages(ShopEnv.profile, "1. get_order(...)", ["Where is order W1?"], 2, 3)
+    assert msgs[1]["role"] == "user" and "library" in msgs[1]["content"]  # the worked example comes first
+    assert "Where is order W1?" in msgs[-1]["content"] and "about 3 operations" in msgs[-1]["content"]
+    reply = ('Here: [{"query": " Where is  my order? ", "confidence": 7, "action_sequence": [{"name": "get_order", '
+             '"arguments": {"order_id": "W1"}}, "junk", {"name": "finish"}]}, {"query": 3}]')
+    assert parse_tasks(reply) == [{"query": "Where is my order?", "confidence": 1.0, "action_sequence": [
+        {"name": "get_order", "arguments": {"order_id": "W1"}}, {"name": "finish", "arguments": {}}]}]
+    assert parse_tasks("no json") is None and parse_tasks('[{"query": ""}]') is None
+
+
+def test_template_writer_phrases_a_verified_lookup():
+    world, order = shop_order()
+    env = Exploration(world, breadth_steps=0, max_turns=2)
+    env.reset(0)
+    env.step(format_tool_call("get_order", {"order_id": order}))
+    (task,) = template_tasks(ExplorationRecord(0, env.log), ShopEnv.profile)
+    assert order in task["query"] and task["action_sequence"][-1]["name"] == "finish"
+    assert execute(make_env("shop"), 0, task["action_sequence"]).ok
+
+
+def test_split_option_takes_synthesized_tasks(tmp_path):
+    world, order = shop_order()
+    calls = [{"name": "get_order", "arguments": {"order_id": order}},
+             {"name": "finish", "arguments": {"answer": "pending"}}]
+    run = execute(world, 0, calls)
+    path = tmp_path / "tasks.jsonl"
+    save_tasks([WorldTask("shop-synth-0000", "synth", 1, "order_status", f"Status of {order}?", run.goal, calls)],
+               str(path))
+    only = make_env("shop", tasks_file=str(path), split="synth")
+    mixed = make_env("shop", tasks_file=str(path), split="train+synth")
+    assert [t.id for t in only.tasks] == ["shop-synth-0000"]
+    assert len(mixed.tasks) == len(make_env("shop").tasks) + 1
+    with pytest.raises(ConfigError, match="train\\+synth"):
+        make_env("shop", split="train+dev")
+
+    # trains end to end on it, evaluated on the world's own test split
+    out = tmp_path / "run"
+    final = Trainer(load_config(overrides=[
+        *TINY, "env.name=shop", f"env.tasks_file={path}", "env.split=synth", "train.steps=1",
+        "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=2", "train.progress=false",
+        "train.warm_start_steps=0", "env.max_turns=2", f"train.out_dir={out}"])).train()
+    first = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
+    assert first["steps"][0]["info"]["task_id"] == "shop-synth-0000"
+    assert 0.0 <= final["eval/success"] <= 1.0
+
+
+def test_explore_pipeline_end_to_end(tmp_path):
+    out = tmp_path / "q"
+    cfg = load_config(overrides=[*TINY, "env.name=shop", "questioning.explorations=2", "questioning.steps=2",
+                                 "questioning.max_new_tokens=16", f"questioning.out={out}"])
+    report = run_questioning(cfg)
+    assert report["explorations"] == 2 and report["calls"] == 4
+    lines = (out / "explorations.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(len(json.loads(x)["turns"]) == 2 for x in lines)
+    assert json.loads((out / "report.json").read_text()) == report
+    assert (out / "tasks.jsonl").read_text() == "" if report["kept"] == 0 else True
+    with pytest.raises(SelfEvolveError, match="profile"):
+        run_questioning(load_config(overrides=[*TINY, "env.name=frozenlake", f"questioning.out={out}"]))
