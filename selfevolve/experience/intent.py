@@ -12,12 +12,23 @@ from __future__ import annotations
 import re
 
 SYSTEM = "You sort a user's request into exactly one category. Answer with the category name only."
+# Two worked exchanges over made-up categories (no built-in world's): SmolLM2-135M named the right intent of
+# 32 held-out requests 6 times without them and 12 (shop) / 14 (tables) times with them, and named no category
+# at all far less often (docs/benchmarks.md, "Experience").
+EXAMPLES = (("Please cancel my reservation for Friday, booking R-221.", "cancel_booking"),
+            ("When do you open on Sundays?", "opening_hours"))
+EXAMPLE_INTENTS = ("opening_hours", "book_table", "cancel_booking")
+
+
+def _ask(query: str, intents) -> str:
+    listing = "\n".join(f"- {i}" for i in intents)
+    return f"Categories:\n{listing}\n\nRequest: {query}\n\nCategory:"
 
 
 def intent_messages(query: str, intents: list[str]) -> list[dict]:
-    listing = "\n".join(f"- {i}" for i in intents)
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Categories:\n{listing}\n\nRequest: {query}\n\nCategory:"}]
+    shots = [m for q, a in EXAMPLES for m in ({"role": "user", "content": _ask(q, EXAMPLE_INTENTS)},
+                                               {"role": "assistant", "content": a})]
+    return [{"role": "system", "content": SYSTEM}, *shots, {"role": "user", "content": _ask(query, intents)}]
 
 
 def parse_intent(text: str, intents: list[str]) -> str | None:
