@@ -346,6 +346,9 @@ def test_insight_parsing_validation_and_dedup(embedder):
         assert nav.parse_insights(bad) is None, bad
     assert not nav.valid_insight({"when_to_use": "short", "content": "Look the order up first."})
     assert not nav.valid_insight({"when_to_use": "the situation it applies to", "content": "what to do"})
+    copied = {"when_to_use": "Booking something with a tool", "content": "Check it is available first, then "
+              "give every required argument of the booking call."}  # the prompt's worked example, echoed
+    assert not nav.valid_insight(copied) and not nav.valid_insight({**copied, "when_to_use": "walking on ice"})
     assert nav.novel(np.array([[1.0, 0.0], [0.9, 0.436], [0.0, 1.0]]), np.zeros((0, 2)), 0.5) == [True, False, True]
 
     pool = ExperiencePool(":memory:", embedder)

@@ -83,11 +83,18 @@ def parse_insights(text: str) -> list[dict] | None:
     return out[:3] if out else None
 
 
+_EXAMPLE_INSIGHT = parse_json_list(EXTRACT_EXAMPLE[1]["content"])[0]
+
+
 def valid_insight(ins: dict) -> bool:
-    """Rules an insight must pass: both parts 8–400 characters, different from each other, and not the
-    prompt's placeholder text echoed back."""
+    """Rules an insight must pass: both parts 8–400 characters, different from each other, and neither the
+    prompt's placeholder text nor the worked example's insight echoed back (SmolLM2-135M copied the example's
+    "booking" insight into FrozenLake runs)."""
     w, c = ins["when_to_use"], ins["content"]
     if not (8 <= len(w) <= 400 and 8 <= len(c) <= 400) or w.casefold() == c.casefold():
+        return False
+    if any(part.casefold().strip(" .") in (_EXAMPLE_INSIGHT["when_to_use"].casefold().strip(" ."),
+                                           _EXAMPLE_INSIGHT["content"].casefold().strip(" .")) for part in (w, c)):
         return False
     return "the situation it applies to" not in w.casefold() and "what to do" != c.casefold().strip(" .")
 
