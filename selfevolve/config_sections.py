@@ -178,6 +178,13 @@ class RewardConfig(_Section):
     shaping: Literal["none", "selaur"] = Field(
         "none", description="Reward shaping: selaur gives failed trajectories uncertainty rewards.")
     selaur: SelaurConfig = Field(default_factory=SelaurConfig)
+    source: Literal["verifier", "judge", "both"] = Field(
+        "verifier", description="Outcome reward: the environment's (verifier), an LLM judge's score in [0, 1] "
+        "against the task's reference (judge; step rewards replaced), or the environment's with the judge run "
+        "beside it to measure their agreement (both). See docs/questioning.md.")
+    judge_llm: str = Field("policy", description="Model of the judge calls: policy, base or a local model path.")
+    judge_retries: int = Field(1, ge=0, description="Retries of a judgement without a readable score.")
+    judge_max_new_tokens: int = Field(96, ge=8, description="Reply budget of a judge call.")
 
 
 class FilterConfig(_Section):

@@ -8,6 +8,8 @@ import pytest
 
 from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, judge, judge_messages,
                                       judge_trajectories, parse_reward, to_band)
+from selfevolve.config import load_config
+from selfevolve.errors import ConfigError
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -157,3 +159,41 @@ def test_judge_with_tiny_model(tmp_path):
     assert all(r["purpose"] == "judge_retry" for r in rows[2:])
     assert [r["messages"] for r in rows[:2]] == [judge_messages(*it) for it in items]
     assert all(r["backend"] == "policy" and isinstance(r["output"], str) for r in rows)
+
+
+# ---- the judge stage of the trainer (reward.source) ---------------------------------------------------------
+def _run(tmp_path, source):
+    from selfevolve import Trainer
+
+    out = tmp_path / source
+    Trainer(load_config(overrides=[
+        "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=4", "env.name=shop", "env.max_turns=2",
+        "train.steps=1", "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=1", "train.progress=false",
+        "train.warm_start_steps=0", "reward.judge_max_new_tokens=8", f"reward.source={source}",
+        f"train.out_dir={out}"])).train()
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    trajs = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
+    calls = [json.loads(x) for x in (out / "llm_calls.jsonl").read_text().splitlines()]
+    return metrics, trajs, calls
+
+
+def test_trainer_rewards_from_the_judge(tmp_path):
+    metrics, trajs, calls = _run(tmp_path, "judge")
+    assert metrics["judge/calls"] >= 2 and "judge/kappa" in metrics
+    for t in trajs:  # the judge's score is the outcome: on the last step, nothing elsewhere
+        assert [s["reward"] for s in t["steps"]][:-1] == [0.0] * (len(t["steps"]) - 1)
+        assert t["steps"][-1]["reward"] == t["flags"]["judge_score"]
+        assert t["flags"]["reference"].startswith(("get_", "find_", "list_"))  # the tool world's solution
+    judge_calls = [c for c in calls if c["purpose"] == "judge"]
+    assert len(judge_calls) == 2 and all(c["step"] == 1 for c in calls)
+    assert "Reference solution:\n" + trajs[0]["flags"]["reference"] in judge_calls[0]["messages"][-1]["content"]
+
+
+def test_trainer_measures_the_judge_beside_the_verifier(tmp_path):
+    metrics, trajs, _ = _run(tmp_path, "both")
+    assert 0.0 <= metrics["judge/accuracy"] <= 1.0
+    for t in trajs:  # the environment's rewards are kept
+        assert "judge_score" in t["flags"]
+        assert t["reward"] == sum(s["reward"] for s in t["steps"])
+    with pytest.raises(ConfigError, match="reward.source"):
+        load_config(overrides=["reward.source=llm"])

@@ -134,11 +134,13 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
 def judge_trajectories(llm, trajs, retries: int = 1, max_new_tokens: int | None = None
                        ) -> tuple[list[float], dict[str, float]]:
     """:func:`judge` over episodes: the request (``flags["query"]``, the first observation the rollout recorded,
-    else the task's instruction), the task's reference and the episode as :func:`history_text` renders it."""
+    else the task's instruction), the reference (``flags["reference"]``, else the task's) and the episode as
+    :func:`history_text` renders it."""
     items = []
     for t in trajs:
         query = t.flags.get("query") or t.task.instruction
-        items.append((query, t.task.reference, history_text(query, t.steps)))
+        reference = t.flags.get("reference") or t.task.reference  # the rollout records a tool world's solution
+        items.append((query, reference, history_text(query, t.steps)))
     return judge(llm, items, retries=retries, max_new_tokens=max_new_tokens)
 
 
@@ -165,3 +167,22 @@ def agreement(judged: list[bool], verified: list[bool]) -> dict[str, float]:
     out.update(accuracy=p_o, precision=tp / (tp + fp) if tp + fp else 0.0, recall=tp / (tp + fn) if tp + fn else 0.0,
                kappa=(1.0 if p_o == 1.0 else 0.0) if p_e >= 1.0 else (p_o - p_e) / (1 - p_e))
     return out
+
+
+def judge_outcomes(llm, trajs, source: str, retries: int = 1, max_new_tokens: int | None = None
+                   ) -> dict[str, float]:
+    """The trainer's judge stage (``reward.source``). Every trajectory gets ``flags["judge_score"]``. With
+    ``judge`` the score *is* the outcome: every step reward is set to 0 and the last step's to the score (the
+    environment's own rewards, verifier and shaping alike, are dropped). With ``both`` the environment's rewards
+    are kept and only the agreement of judge and verifier is measured (``judge/accuracy``, ``judge/kappa``)."""
+    scores, stats = judge_trajectories(llm, trajs, retries=retries, max_new_tokens=max_new_tokens)
+    for t, s in zip(trajs, scores):
+        t.flags["judge_score"] = s
+        if source == "judge" and t.steps:
+            for step in t.steps:
+                step.reward = 0.0
+            t.steps[-1].reward = float(s)
+    if trajs:
+        agree = agreement([achieved(s) for s in scores], [bool(t.success) for t in trajs])
+        stats.update({"judge/accuracy": agree["accuracy"], "judge/kappa": agree["kappa"]})
+    return stats

@@ -58,6 +58,11 @@ def rollout(
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
+    for t, env, first in zip(trajs, envs, firsts):  # what a judge (or a reader) needs to know of the task
+        t.flags["query"] = first
+        reference = getattr(env, "reference_text", None)
+        if callable(reference) and reference():
+            t.flags["reference"] = reference()
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
                 for task, first, g in zip(tasks, firsts, guidance)]

@@ -143,6 +143,12 @@ class Trainer:
             # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
             for name in (*STEP_LOGS, POOL_FILE):
                 (self.out_dir / name).unlink(missing_ok=True)
+        self.judge = None  # reward.source=judge|both: an LLM judge scores every episode (rewards/judge.py)
+        if cfg.reward.source != "verifier":
+            from selfevolve.models.llm import LLM
+
+            self.judge = LLM(cfg.reward.judge_llm, self.policy, log_dir=self.out_dir,
+                             max_new_tokens=cfg.reward.judge_max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed)
         self.experience = None  # SEER recall / self-navigating (selfevolve/experience/)
         if cfg.experience.enabled:
             from selfevolve.experience.guide import Experience
@@ -229,6 +235,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.search_metrics: dict[str, float] = {}
         trajs, stats = self.collect()
+        judged = self.judge_outcomes(trajs)
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
         upd = self.update(rows, trajs) if rows else {}
@@ -241,6 +248,7 @@ class Trainer:
         t2 = time.perf_counter()
         metrics = {
             **experience,
+            **judged,
             **rollout_metrics(trajs),
             **credit_metrics,
             **self.search_metrics,
@@ -258,6 +266,16 @@ class Trainer:
                     for tree in self.search_trees:
                         f.write(json.dumps({"step": self.step, **tree}) + "\n")
         return metrics
+
+    def judge_outcomes(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """reward.source=judge: the judge's score becomes each episode's outcome; both: it is only measured."""
+        if self.judge is None:
+            return {}
+        from selfevolve.rewards.judge import judge_outcomes
+
+        self.judge.step = self.step + 1  # the calls belong to the step being made (resume truncates by it)
+        r = self.cfg.reward
+        return judge_outcomes(self.judge, trajs, r.source, retries=r.judge_retries)
 
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps on this batch: PPO-clip over token rows, or Self-AC over shadow episodes."""

@@ -344,6 +344,12 @@ class ToolWorld(TextEnv):
             cached = self._reference = (self.task, calls)
         return cached[1]
 
+    def reference_text(self) -> str:
+        """The task's reference solution as text, one call per line (what an LLM judge compares with)."""
+        if self.task is None:
+            return ""
+        return "\n".join(f"{c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})" for c in self.task.solution)
+
     def _remaining(self) -> list[ToolCall]:
         """Reference calls not made yet (as a multiset: a call made once covers one occurrence)."""
         made = Counter(self.calls)
