@@ -63,12 +63,9 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-@app.command(
-    help=TRAIN_HELP,
-    short_help="Train a policy (defaults, then FILE.yaml, then KEY=VALUE overrides).",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+def _with_config(args: list[str] | None, run):
+    """``run(cfg)`` on the config of ``[FILE.yaml] [KEY=VALUE ...]``: a fixable error prints one line and exits 2,
+    Ctrl-C exits 130. Returns ``(cfg, result)``."""
     from selfevolve.config import load_config
     from selfevolve.errors import SelfEvolveError
 
@@ -76,14 +73,25 @@ def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE
     path, overrides = _split_args(args or [])
     try:
         cfg = load_config(path, overrides)
-        from selfevolve.train.trainer import Trainer
-
-        trainer = Trainer(cfg, console=err)
-        final = trainer.train()
+        return cfg, run(cfg)
     except SelfEvolveError as e:
         _fail(str(e))
     except KeyboardInterrupt:
         raise typer.Exit(130)
+
+
+@app.command(
+    help=TRAIN_HELP,
+    short_help="Train a policy (defaults, then FILE.yaml, then KEY=VALUE overrides).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+    def run(cfg):
+        from selfevolve.train.trainer import Trainer
+
+        return Trainer(cfg, console=err).train()
+
+    cfg, final = _with_config(args, run)
     shown = {k: round(v, 4) for k, v in final.items() if k.startswith(("eval/", "reward/", "success/"))}
     out.print(f"done: {cfg.train.steps} steps in {cfg.train.out_dir} · {shown}")
 
@@ -133,19 +141,12 @@ Then train on the tasks: selfevolve train env.name=shop env.tasks_file=runs/ques
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
-    from selfevolve.config import load_config
-    from selfevolve.errors import SelfEvolveError
-
-    _quiet_libraries()
-    path, overrides = _split_args(args or [])
-    try:
+    def run(cfg):
         from selfevolve.questioning.pipeline import run_questioning
 
-        report = run_questioning(load_config(path, overrides), console=err)
-    except SelfEvolveError as e:
-        _fail(str(e))
-    except KeyboardInterrupt:
-        raise typer.Exit(130)
+        return run_questioning(cfg, console=err)
+
+    _, report = _with_config(args, run)
     out.print(f"kept {report['kept']} tasks in {report['tasks_file']} · removed {report['removed']}")
 
 

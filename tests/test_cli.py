@@ -147,6 +147,17 @@ def test_train_unknown_env(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["env.name=frozenlake"], ["explore needs a world with a profile", "shop", "tables"]),
+    (["questioning.explorationz=3"], ["'questioning.explorationz'", "explorations", "breadth_steps"]),
+    (["env.name=shop", "questioning.writer=magic"], ["questioning.writer", "'llm'", "'template'"]),
+])
+def test_explore_bad_config(args, needles, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err, output = invoke("explore", "model.name=tiny", *args)
+    assert_user_error(code, err, output, *needles)
+
+
 def test_train_unknown_model(tmp_path):
     code, err, output = invoke("train", "model.name=/no/such/model", f"train.out_dir={tmp_path / 'r'}")
     assert_user_error(code, err, output, "model.name='/no/such/model'", "tiny", "smollm2-135m")
