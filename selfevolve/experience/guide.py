@@ -132,10 +132,8 @@ class Experience:
 
             raise SelfEvolveError(f"{run_dir} was trained with experience.* but holds no {FILE}; evaluate it "
                                   f"with eval.experience=off")
-        exp = cls(cfg, None, policy, env_cls, env_opts, env_name, pool=ExperiencePool(":memory:", Embedder(
-            cfg.experience.embedder)))
-        src = ExperiencePool(path, exp.embedder)
-        exp.pool = src.scratch_copy()
+        src = ExperiencePool(path, Embedder(cfg.experience.embedder))
+        exp = cls(cfg, None, policy, env_cls, env_opts, env_name, pool=src.scratch_copy())
         src.close()
         exp.pool.truncate(step)
         return exp
@@ -230,8 +228,7 @@ class RolloutGuide:
 
     def start(self, trajs: list[Trajectory], firsts: list[str], envs) -> list[Guidance]:
         x = self.exp.x
-        for t, first, env in zip(trajs, firsts, envs):
-            t.flags["query"] = first
+        for t, env in zip(trajs, envs):  # (the rollout has recorded each request as flags["query"])
             if true_intent(env) is not None:
                 t.flags["intent_true"] = true_intent(env)
         if self.recall and self.exp.intents and x.intent != "none":

@@ -60,9 +60,9 @@ def rollout(
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
     for t, env, first in zip(trajs, envs, firsts):  # what a judge (or a reader) needs to know of the task
         t.flags["query"] = first
-        reference = getattr(env, "reference_text", None)
-        if callable(reference) and reference():
-            t.flags["reference"] = reference()
+        reference = env.reference_text() if callable(getattr(env, "reference_text", None)) else ""
+        if reference:
+            t.flags["reference"] = reference
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
                 for task, first, g in zip(tasks, firsts, guidance)]
