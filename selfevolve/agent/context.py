@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from selfevolve.agent.parsing import strip_think
 from selfevolve.agent.guidance import NO_GUIDANCE, Guidance
+from selfevolve.untrusted import loads_json
 
 CONTEXTS = ("causal", "reasoning", "sliding_window", "self_managed")
 
@@ -202,7 +203,7 @@ def parse_decision(text: str, n: int) -> tuple[set[int], dict[int, str]] | None:
     if start < 0 or end < start:
         return None
     try:
-        data = json.loads(text[start:end + 1])
+        data = loads_json(text[start:end + 1])  # bounded: the reply is model output (selfevolve/untrusted.py)
     except json.JSONDecodeError:
         return None
     if not isinstance(data, dict) or not set(data) <= {"remove", "compress"}:
@@ -214,7 +215,8 @@ def parse_decision(text: str, n: int) -> tuple[set[int], dict[int, str]] | None:
     def number(x) -> int | None:
         if isinstance(x, bool):
             return None
-        if isinstance(x, str) and x.strip().isdigit():
+        # isdecimal() alone admits other scripts' digits; a long string of digits is no message number
+        if isinstance(x, str) and x.strip().isascii() and x.strip().isdecimal() and len(x.strip()) <= 6:
             x = int(x)
         return x if isinstance(x, int) and 1 <= x <= n else None
 

@@ -17,6 +17,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
+from selfevolve.untrusted import too_long
 
 MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order
 _STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
@@ -27,10 +28,10 @@ def parse_moves(text: Any, names: tuple[str, ...], k: int) -> list[str] | None:
     """Parse an action text into 1..k move names (canonical spelling), or None when it is invalid.
 
     Case-insensitive; moves are separated by spaces, commas or semicolons; punctuation around a move
-    ("Left.", "*Up*") is tolerated. Empty text, an unknown word or more than ``k`` moves give None.
-    Never raises.
+    ("Left.", "*Up*") is tolerated. Empty text, an unknown word, more than ``k`` moves or a text longer than
+    ``MAX_ACTION_CHARS`` give None. Never raises.
     """
-    if not isinstance(text, str):
+    if not isinstance(text, str) or too_long(text):
         return None
     lookup = {n.lower(): n for n in names}
     out: list[str] = []

@@ -18,6 +18,8 @@ import contextlib
 import json
 from pathlib import Path
 
+from selfevolve.untrusted import loads_json
+
 LOG = "llm_calls.jsonl"
 
 
@@ -30,7 +32,7 @@ def parse_json_list(text: str) -> list[dict] | None:
         if start < 0 or end <= start:
             continue
         try:
-            data = json.loads(text[start:end + 1])
+            data = loads_json(text[start:end + 1])  # bounded: the reply is model output (selfevolve/untrusted.py)
             break
         except json.JSONDecodeError:
             continue
@@ -86,7 +88,7 @@ class LLM:
     def _record(self, purpose: str, conversations: list[list[dict]], replies: list[str]) -> None:
         if self.log_path is None:
             return
-        with self.log_path.open("a", encoding="utf-8") as f:
+        with self.log_path.open("a", encoding="utf-8", errors="replace") as f:  # a lone surrogate: never a crash
             for msgs, reply in zip(conversations, replies):
                 f.write(json.dumps({"step": self.step, "purpose": purpose, "backend": self.backend,
                                     "messages": msgs, "output": reply}, ensure_ascii=False) + "\n")

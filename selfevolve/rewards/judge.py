@@ -76,13 +76,18 @@ def parse_reward(text: str) -> int | None:
     for pattern in (_TAG, _LABELLED, _OUT_OF_100):
         found = pattern.findall(text)
         if found:
-            n = int(found[-1])
-            return n if 0 <= n <= 100 else None
+            return _score(found[-1])
     m = _LONE.fullmatch(text)
-    if m:
-        n = int(m.group(1))
-        return n if 0 <= n <= 100 else None
-    return None
+    return _score(m.group(1)) if m else None
+
+
+def _score(digits: str) -> int | None:
+    """An integer text in 0–100, else None. Checked by length first: a model may write thousands of digits,
+    and int() of 4,300 or more raises."""
+    if len(digits.lstrip("-").lstrip("0")) > 3:
+        return None
+    n = int(digits)
+    return n if 0 <= n <= 100 else None
 
 
 def to_band(score: int) -> int:

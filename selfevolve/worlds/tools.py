@@ -13,7 +13,8 @@ Tool calls use the Qwen / Hermes convention: JSON inside ``<tool_call>...</tool_
 
 :meth:`ToolSet.run` turns a reply text into an :class:`Outcome`. A reply without exactly one tool call,
 malformed JSON, an unknown tool, or missing / extra / wrong-typed arguments give an error observation and
-``valid=False`` (the world then applies its penalty). A tool that refuses the call for a domain reason raises
+``valid=False`` (the world then applies its penalty); so do a reply longer than ``MAX_ACTION_CHARS``, JSON
+nested too deeply and oversized integers (selfevolve/untrusted.py: the call is parsed in linear time). A tool that refuses the call for a domain reason raises
 :class:`ToolError`; that is a *valid* call whose observation is the error message (the agent learns the rule).
 Nothing raises out of :meth:`ToolSet.run`.
 """
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from selfevolve.untrusted import clean_text, loads_json, too_long
 
 
 class ToolError(Exception):
@@ -204,7 +207,19 @@ def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
 
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+def _unfence(body: str) -> str:
+    """The body without a Markdown code fence around it (```json ... ```). String operations, not a regex:
+    ``\\s*```$`` rescans every run of whitespace from each of its positions (quadratic on a long one)."""
+    body = body.strip()
+    if body.startswith("```"):
+        body = body[3:]
+        if body.startswith("json"):
+            body = body[4:]
+    if body.endswith("```"):
+        body = body[:-3]
+    return body.strip()
 
 
 def parse_tool_call(text: Any) -> ToolCall:
@@ -216,6 +231,10 @@ def parse_tool_call(text: Any) -> ToolCall:
     """
     if not isinstance(text, str):
         raise CallError("the reply is not text")
+    problem = too_long(text)
+    if problem:
+        raise CallError(problem)
+    text = clean_text(text)
     count = text.count(_OPEN)
     if count == 0:
         raise CallError(f'no tool call found. Reply with {_OPEN}{{"name": ..., "arguments": {{...}}}}{_CLOSE}')
@@ -226,9 +245,9 @@ def parse_tool_call(text: Any) -> ToolCall:
         body, rest = body.split(_CLOSE, 1)
         if _CLOSE in rest:
             raise CallError("make exactly one tool call per turn")
-    body = _FENCE.sub("", body.strip())
+    body = _unfence(body)
     try:
-        data = json.loads(body)
+        data = loads_json(body)  # bounded nesting and integers, cleaned strings (selfevolve/untrusted.py)
     except json.JSONDecodeError as e:
         raise CallError(f"the tool call is not valid JSON ({e.msg} at character {e.pos})") from None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
@@ -236,7 +255,7 @@ def parse_tool_call(text: Any) -> ToolCall:
     arguments = data.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            arguments = loads_json(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             raise CallError("the tool call's arguments are not a JSON object") from None
     if not isinstance(arguments, dict):
