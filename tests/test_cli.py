@@ -27,7 +27,7 @@ TINY = [
     "model.name=tiny", "eval.episodes=2", "algo.group_size=2", "train.tasks_per_step=1",
     "env.max_turns=3", "train.progress=false",
 ]
-CKPT_FILES = ("state.json", "adapter.safetensors", "optimizer.pt", "rng.pt", "config.yaml")
+CKPT_FILES = ("state.json", "adapter.safetensors", "optimizer.safetensors", "rng.json", "config.yaml")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -46,13 +46,15 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
     if not path.is_file():
         return
     keep = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            if json.loads(line).get("step", 0) <= max_step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-    path.write_text("".join(line + "\n" for line in keep))
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a line cut by a crash (or not JSON at all: a run folder may come from anyone)
+        step = record.get("step", 0) if isinstance(record, dict) else None
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and step <= max_step:
+            keep.append(line)
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
 
 class MetricsLogger:

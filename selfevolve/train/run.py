@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from selfevolve.config import Config, apply_override, _validate
 from selfevolve.envs import make_env
 from selfevolve.errors import ConfigError
-from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint
+from selfevolve.train.checkpoint import MODEL_FILES, find_checkpoint, load_checkpoint, refusing
+from selfevolve.untrusted import load_yaml
 from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
 from selfevolve.train.evaluate import eval_env_options, evaluate
 
 
 def load_run(path: str | Path, overrides: list[str] | None = None):
     """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder."""
-    ckpt = find_checkpoint(path)
+    ckpt = find_checkpoint(path, need=MODEL_FILES)
     data = load_checkpoint(ckpt, with_optimizer=False)
-    raw = yaml.safe_load(data["config_yaml"]) or {}
+    raw = load_yaml(data["config_yaml"], ckpt / "config.yaml")
     for o in overrides or []:
         key = o.partition("=")[0].strip()
         if not key.startswith("eval."):
@@ -26,7 +25,8 @@ def load_run(path: str | Path, overrides: list[str] | None = None):
         apply_override(raw, o)
     cfg: Config = _validate(raw)
     policy = build_policy(cfg)
-    policy.load_adapter_state(data["adapter"], value_head="ignore")  # acting needs no critic
+    with refusing(ckpt / "adapter.safetensors"):
+        policy.load_adapter_state(data["adapter"], value_head="ignore")  # acting needs no critic
     return cfg, policy, data["state"]
 
 
@@ -41,7 +41,7 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, en
     if cfg.experience.enabled and cfg.eval.experience == "on":  # the run's pool as of this checkpoint, read-only
         from selfevolve.experience.guide import Experience
 
-        experience = Experience.at_checkpoint(cfg, find_checkpoint(path).parent.parent, state["step"], policy,
+        experience = Experience.at_checkpoint(cfg, find_checkpoint(path, need=MODEL_FILES).parent.parent, state["step"], policy,
                                               env_cls, options, cfg.env.name)
     res = evaluate(policy, env_cls, eval_env_options(env_cls, options, cfg.eval.env), builder,
                    episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import yaml
-
 from selfevolve.config import Config, save_config
 from selfevolve.envs import ENVS, env_options
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.models.llm import LOG as LLM_LOG
+from selfevolve.untrusted import load_yaml
 
 # Sections that define a run: resuming with different values would silently train something else.
 RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search", "experience")
@@ -45,7 +44,7 @@ def check_out_dir(cfg: Config, out: Path) -> None:
             f"replace it with train.overwrite=true, or choose another train.out_dir."
         )
     if is_run(out) and cfg.train.resume:
-        old = yaml.safe_load((out / "config.yaml").read_text()) or {}
+        old = load_yaml((out / "config.yaml").read_text(encoding="utf-8", errors="replace"), out / "config.yaml")
         diff = [k for k in RUN_DEFINING if _run_view(old, k) != _run_view(cfg.model_dump(mode="json"), k)]
         if diff:
             raise SelfEvolveError(

@@ -43,7 +43,8 @@ from selfevolve.models.policy import Policy
 from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from selfevolve.train.checkpoint import (MODEL_FILES, NoCheckpoint, find_checkpoint, load_checkpoint, refusing,
+                                         save_checkpoint)
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
@@ -137,8 +138,10 @@ class Trainer:
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
         elif cfg.model.init_from:
-            data = load_checkpoint(find_checkpoint(cfg.model.init_from), with_optimizer=False)
-            self.policy.load_adapter_state(data["adapter"], value_head="optional")
+            ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
+            data = load_checkpoint(ckpt, with_optimizer=False)
+            with refusing(ckpt / "adapter.safetensors"):
+                self.policy.load_adapter_state(data["adapter"], value_head="optional")
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
             for name in (*STEP_LOGS, POOL_FILE):
@@ -161,21 +164,23 @@ class Trainer:
 
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.out_dir)
-        data = load_checkpoint(ckpt)
-        self.policy.load_adapter_state(data["adapter"])
-        if "optimizer" in data:
+        data = load_checkpoint(ckpt)  # checked files, nothing unpickled (train/checkpoint.py)
+        with refusing(ckpt / "adapter.safetensors"):
+            self.policy.load_adapter_state(data["adapter"])
+        with refusing(ckpt / "optimizer.safetensors"):
             self.optimizer.load_state_dict(data["optimizer"])
         st = data["state"]
         self.step = st["step"]
-        self.tasks.cursor = st["task_cursor"]
+        self.tasks.cursor = st.get("task_cursor", 0)
         self.last_eval = st.get("last_eval", {})
         rng = data["rng"]
         self._experience_rng = rng.get("experience")
         self.rng.setstate(rng["python"])
-        torch.set_rng_state(rng["torch"])
+        with refusing(ckpt / "rng.json"):
+            torch.set_rng_state(rng["torch"])
         try:
             self.generator.set_state(rng["sampler"])
-        except (RuntimeError, TypeError) as e:
+        except (RuntimeError, TypeError, ValueError) as e:
             raise SelfEvolveError(f"cannot resume {self.out_dir} on this device ({e}); resume on the kind of "
                                   f"device the run started on") from None
         for name in STEP_LOGS:
@@ -427,5 +432,7 @@ def _live(m: dict[str, float], ev: dict[str, float]) -> str:
 def find_checkpoint_or_none(out_dir: Path):
     try:
         return find_checkpoint(out_dir)
-    except SelfEvolveError:
+    except NoCheckpoint:
         return None
+    """The run's checkpoint to resume, None when it has none; a checkpoint that cannot be resumed (corrupt, or
+    pickled by an old version) is an error, never a silent fresh start over the old run."""
