@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from selfevolve.errors import SelfEvolveError
+from selfevolve.untrusted import loads_json
 
 FILE = "experience.sqlite"
 KINDS = ("trajectory", "insight")
@@ -82,7 +83,7 @@ class ExperiencePool:
         self.path = str(path)
         self.embedder = embedder
         try:
-            self.conn = sqlite3.connect(self.path)
+            self.conn = _connect(self.path)
             self.conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
             raise SelfEvolveError(f"{self.path}: not an experience pool ({e})") from None
@@ -117,7 +118,7 @@ class ExperiencePool:
 
     @property
     def dim(self) -> int:
-        return int(self._meta().get("dim", self.embedder.dim))
+        return _int_or(self._meta().get("dim"), self.embedder.dim)
 
     # ---- writing ----------------------------------------------------------------------------------------
     def add(self, items: list[NewItem], step: int, origin: str) -> list[int]:
@@ -159,18 +160,25 @@ class ExperiencePool:
         if not path.is_file():
             raise SelfEvolveError(f"experience.pool={str(other)!r}: no experience pool there (expected a run "
                                   f"folder holding {FILE} or the file itself)")
-        src = ExperiencePool.__new__(ExperiencePool)
-        src.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = None
         try:
+            conn = _connect(path, readonly=True)
             cols = "kind, text, key_text, embedding, key_embedding, intent, tools, turns, score, success, origin, " \
-                   "task_id, env, info"
-            rows = src.conn.execute(f"SELECT {cols} FROM items ORDER BY id").fetchall()
-            same = dict(src.conn.execute("SELECT key, value FROM meta").fetchall()).get("embedder") == \
-                self.embedder.name
+                   "task_id, env, info, id"
+            rows = conn.execute(f"SELECT {cols} FROM items ORDER BY id").fetchall()
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as e:
             raise SelfEvolveError(f"experience.pool={str(other)!r}: not an experience pool ({e})") from None
         finally:
-            src.conn.close()
+            if conn is not None:
+                conn.close()
+        same = meta.get("embedder") == self.embedder.name
+        dim = _int_or(meta.get("dim"), self.embedder.dim) if same else None
+        for r in rows:  # the other pool is untrusted input: every row is checked before it is copied
+            _check_row(path, r[14], kind=r[0], text=r[1], key_text=r[2], embedding=r[3], key_embedding=r[4],
+                       intent=r[5], tools=r[6], turns=r[7], score=r[8], success=r[9], origin=r[10], task_id=r[11],
+                       env=r[12], info=r[13], dim=dim)
+        rows = [r[:14] for r in rows]
         if rows and not same:
             vecs = self.embedder.encode([r[1] for r in rows] + [r[2] for r in rows])
             rows = [(*r[:3], v.tobytes(), kv.tobytes(), *r[5:]) for r, v, kv in zip(rows, vecs[:len(rows)],
@@ -205,11 +213,11 @@ class ExperiencePool:
             rows = self.conn.execute(
                 "SELECT id, kind, text, key_text, intent, tools, turns, score, success, origin, step, task_id, env, "
                 "info, embedding, key_embedding FROM items WHERE kind = ? ORDER BY id", (kind,)).fetchall()
-            items = [Item(id=r[0], kind=r[1], text=r[2], key_text=r[3], intent=r[4], tools=json.loads(r[5]),
-                          turns=[tuple(t) for t in json.loads(r[6])], score=r[7], success=bool(r[8]),
-                          origin=r[9], step=r[10], task_id=r[11], env=r[12], info=json.loads(r[13]))
-                     for r in rows]
             dim = self.dim
+            items = [_check_row(self.path, r[0], kind=r[1], text=r[2], key_text=r[3], intent=r[4], tools=r[5],
+                                turns=r[6], score=r[7], success=r[8], origin=r[9], step=r[10], task_id=r[11],
+                                env=r[12], info=r[13], embedding=r[14], key_embedding=r[15], dim=dim)
+                     for r in rows]
             emb = np.stack([np.frombuffer(r[14], dtype=np.float32) for r in rows]) if rows else \
                 np.zeros((0, dim), np.float32)
             key = np.stack([np.frombuffer(r[15], dtype=np.float32) for r in rows]) if rows else \
@@ -227,3 +235,64 @@ class ExperiencePool:
     def has_text(self, kind: str, text: str) -> bool:
         return self.conn.execute("SELECT 1 FROM items WHERE kind = ? AND text = ? LIMIT 1",
                                  (kind, text)).fetchone() is not None
+
+
+# ---- untrusted pools ------------------------------------------------------------------------------------------
+# A pool may come from someone else's run folder (resume, eval, experience.pool=PATH). SQLite reads such a file
+# safely once it is told not to trust the schema; what remains is to check that the rows are what we wrote.
+def _connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True) if readonly else sqlite3.connect(str(path))
+    # No SQL functions with side effects from views or triggers of the file; corrupt cells are detected.
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("PRAGMA cell_size_check = ON")
+    odd = conn.execute("SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger')").fetchall()
+    if odd:
+        conn.close()
+        raise SelfEvolveError(f"{path}: not an experience pool written by selfevolve (it holds "
+                              f"{', '.join(f'{t} {n!r}' for t, n in odd[:3])})")
+    return conn
+
+
+def _int_or(value, default: int) -> int:
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdecimal() and len(value) < 7 \
+        else default
+
+
+def _json(value, kind: type, what: str):
+    data = loads_json(value) if isinstance(value, str) else None
+    if not isinstance(data, kind):
+        raise ValueError(f"{what} is not a JSON {kind.__name__}")
+    return data
+
+
+def _check_row(path, row_id, *, kind, text, key_text, intent, tools, turns, score, success, origin, task_id, env,
+               info, embedding, key_embedding, dim: int | None, step=0) -> Item:
+    """One row as an :class:`Item`, or a SelfEvolveError naming the file and row: every column of the type
+    this module writes, JSON columns bounded (selfevolve/untrusted.py), embeddings of ``dim`` float32 values
+    (any size when ``dim`` is None: they will be re-embedded)."""
+    try:
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is not one of {KINDS}")
+        for name, value in (("text", text), ("key_text", key_text), ("origin", origin), ("task_id", task_id),
+                            ("env", env)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} is not text")
+        if intent is not None and not isinstance(intent, str):
+            raise ValueError("intent is not text")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not isinstance(success, int) \
+                or not isinstance(step, int):
+            raise ValueError("score, success or step is not a number")
+        for name, blob in (("embedding", embedding), ("key_embedding", key_embedding)):
+            if not isinstance(blob, bytes) or (dim is not None and len(blob) != 4 * dim):
+                raise ValueError(f"{name} is not {dim} float32 values")
+        tools_ = _json(tools, list, "tools")
+        turns_ = _json(turns, list, "turns")
+        if not all(isinstance(t, str) for t in tools_) or \
+                not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t) for t in turns_):
+            raise ValueError("tools must be names and turns [observation, action] pairs")
+        info_ = _json(info, dict, "info")
+    except (ValueError, json.JSONDecodeError) as e:
+        raise SelfEvolveError(f"{path}: row {row_id} is not an experience row written by selfevolve ({e})") from None
+    return Item(id=row_id, kind=kind, text=text, key_text=key_text, intent=intent, tools=tools_,
+                turns=[tuple(t) for t in turns_], score=float(score), success=bool(success), origin=origin,
+                step=step, task_id=task_id, env=env, info=info_)
