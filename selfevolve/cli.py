@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from selfevolve.config import describe
+from selfevolve.train.signals import exit_code, stop_on_sigterm
 
 err = Console(stderr=True)
 out = Console()
@@ -65,7 +66,7 @@ def _fail(msg: str) -> None:
 
 def _with_config(args: list[str] | None, run):
     """``run(cfg)`` on the config of ``[FILE.yaml] [KEY=VALUE ...]``: a fixable error prints one line and exits 2,
-    Ctrl-C exits 130. Returns ``(cfg, result)``."""
+    Ctrl-C exits 130 and SIGTERM 143. Returns ``(cfg, result)``."""
     from selfevolve.config import load_config
     from selfevolve.errors import SelfEvolveError
 
@@ -76,8 +77,8 @@ def _with_config(args: list[str] | None, run):
         return cfg, run(cfg)
     except SelfEvolveError as e:
         _fail(str(e))
-    except KeyboardInterrupt:
-        raise typer.Exit(130)
+    except KeyboardInterrupt as stop:  # Ctrl-C: 130; SIGTERM: 143 (train/signals.py)
+        raise typer.Exit(exit_code(stop))
 
 
 @app.command(
@@ -120,8 +121,8 @@ def eval_cmd(
         result = evaluate_checkpoint(run_dir, overrides or [])
     except SelfEvolveError as e:
         _fail(str(e))
-    except KeyboardInterrupt:
-        raise typer.Exit(130)
+    except KeyboardInterrupt as stop:  # Ctrl-C: 130; SIGTERM: 143 (train/signals.py)
+        raise typer.Exit(exit_code(stop))
     for k, v in result.items():
         out.print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
 
@@ -152,9 +153,10 @@ def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VAL
 
 def main() -> None:
     try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+        with stop_on_sigterm():
+            app()
+    except KeyboardInterrupt as stop:
+        sys.exit(exit_code(stop))
 
 
 if __name__ == "__main__":

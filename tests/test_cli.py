@@ -306,13 +306,22 @@ def test_resume_from_step_zero_logs_step_zero_once(tmp_path):
     assert metrics_steps(out) == [0, 1]
 
 
-# ---- Ctrl-C and resume -----------------------------------------------------------------------------------------
-def test_ctrl_c_keeps_a_valid_checkpoint_and_resume_finishes(tmp_path):
+# ---- Ctrl-C, SIGTERM and resume -------------------------------------------------------------------------------
+def _default_sigint() -> None:
+    """In the child, before exec: Ctrl-C's default handling. A test run started in the background by a
+    non-interactive shell ignores SIGINT, the child would inherit that, and Python installs no KeyboardInterrupt
+    handler for an ignored signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted at step"),
+                                             (signal.SIGTERM, 143, "stopped by SIGTERM at step")])
+def test_stop_keeps_a_valid_checkpoint_and_resume_finishes(tmp_path, sig, code, said):
     run = tmp_path / "run"
     args = [*TINY, "train.eval_every=0", "train.save_every=1", f"train.out_dir={run}"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "selfevolve.cli", "train", *args, "train.steps=50"],
-        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 60
@@ -320,15 +329,15 @@ def test_ctrl_c_keeps_a_valid_checkpoint_and_resume_finishes(tmp_path):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint step-1 within 60 s"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, stderr[-3000:]
+    assert proc.returncode == code, stderr[-3000:]
     assert "Traceback" not in stderr
-    assert "interrupted at step" in joined(stderr) and "train.resume=true" in joined(stderr)
+    assert said in joined(stderr) and "train.resume=true" in joined(stderr)
 
     step = latest_step(run)
     assert step is not None and 1 <= step < 50

@@ -51,6 +51,7 @@ from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_js
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
 from selfevolve.train.samples import build_rows
 from selfevolve.train.self_ac import episode_values, self_ac_update
+from selfevolve.train.signals import Terminated, stop_on_sigterm
 from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
 from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
@@ -362,7 +363,7 @@ class Trainer:
             console=self.console, disable=not cfg.train.progress, transient=False,
         )
         try:
-            with progress:
+            with stop_on_sigterm(), progress:  # SIGTERM stops the run like Ctrl-C (train/signals.py)
                 bar = progress.add_task("", total=cfg.train.steps, completed=self.step)
                 if self.step == 0 and not self.resumed:
                     first: dict[str, float] = {}
@@ -384,9 +385,10 @@ class Trainer:
                     if self.step % cfg.train.save_every == 0 or self.step == cfg.train.steps:
                         self.save()
                     progress.update(bar, completed=self.step, description=_live(last, self.last_eval))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
+            how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
             self.console.print(
-                f"[yellow]interrupted at step {self.step}.[/] The last checkpoint is intact; continue with "
+                f"[yellow]{how} at step {self.step}.[/] The last checkpoint is intact; continue with "
                 f"`selfevolve train {escape(str(self.out_dir / 'config.yaml'))} train.resume=true`."
             )
             raise
