@@ -1,0 +1,297 @@
+"""Reading a run folder for the viewer, as untrusted input.
+
+A run folder may come from anyone (a shared link, a downloaded archive), so nothing in it is executed or
+trusted: JSONL lines are parsed by :func:`selfevolve.untrusted.loads_json` (bounded depth and numbers), the
+config by ``load_yaml`` (plain data), the experience pool is opened read-only, and every record is rebuilt field
+by field into the shape the page expects (a string where text is expected, a finite number or None where a
+number is, lists of equal length for token statistics). A line that is malformed, cut short or of the wrong
+shape is skipped and counted, never a crash: the page shows the counts.
+
+Only the fields the page shows are kept. The result is plain JSON-able data: ``RunData.summary`` for the page's
+first screen (config, metrics, one small index entry per trajectory) and ``RunData.steps`` / ``RunData.trees``,
+which the page reads one step at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selfevolve.errors import SelfEvolveError
+from selfevolve.untrusted import load_yaml, loads_json
+
+MAX_TEXT = 200_000  # characters of one text field shown; a crafted megabyte reply is cut, not rendered whole
+MAX_NODES = 20_000  # nodes of one search tree drawn
+CONFIG_KEYS = (("model", "name"), ("env", "name"), ("env", "size"), ("algo", "name"), ("algo", "group_size"),
+               ("train", "tasks_per_step"), ("train", "steps"), ("rollout", "search"), ("search", "scorer"),
+               ("reward", "shaping"), ("reward", "source"), ("experience", "recall"), ("experience", "navigate"),
+               ("agent", "context"), ("seed",))
+
+
+@dataclass
+class RunData:
+    root: Path
+    summary: dict[str, Any]
+    steps: dict[int, list[dict]] = field(default_factory=dict)
+    trees: dict[int, list[dict]] = field(default_factory=dict)
+
+
+# ---- field by field ------------------------------------------------------------------------------------------
+
+def num(x: Any) -> float | None:
+    """A finite number, else None (booleans are not numbers here)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def text(x: Any, limit: int = MAX_TEXT) -> str:
+    """A string field as text: non-strings become "" (None) or their JSON, and long text is cut."""
+    if x is None:
+        return ""
+    if not isinstance(x, str):
+        x = json.dumps(x, ensure_ascii=False)
+    return x if len(x) <= limit else x[:limit] + f"… [{len(x) - limit:,} more characters not shown]"
+
+
+def integer(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def numbers(x: Any) -> list[float | None]:
+    return [num(v) for v in x] if isinstance(x, list) else []
+
+
+def tokens(x: Any) -> dict | None:
+    """``{"text", "logprob", "entropy"}`` with lists of one length (the shortest given), or None."""
+    if not isinstance(x, dict) or not isinstance(x.get("text"), list):
+        return None
+    pieces = [text(p, 1000) for p in x["text"]]
+    lp, ent = numbers(x.get("logprob")), numbers(x.get("entropy"))
+    n = len(pieces)
+    return {"text": pieces, "logprob": (lp + [None] * n)[:n], "entropy": (ent + [None] * n)[:n]}
+
+
+def turn(d: Any) -> dict:
+    """One step of a logged trajectory, as the page shows it."""
+    if not isinstance(d, dict):
+        raise ValueError("a step is not an object")
+    info = d.get("info") if isinstance(d.get("info"), dict) else {}
+    prompt = d.get("prompt")
+    call = info.get("tool_call")
+    out = {
+        "action": text(d.get("action_text")),
+        "observation": text(d.get("observation")),
+        "reward": num(d.get("reward")),
+        "valid": d.get("valid") is not False,
+        "done": d.get("done") is True,
+        "state_key": text(d.get("state_key"), 2000),
+        "uncertainty": num(d.get("uncertainty")),
+        "info": {k: v for k, v in info.items() if k != "recalled"},
+        "tool_call": {"name": text(call.get("name"), 200), "arguments": call.get("arguments")}
+        if isinstance(call, dict) else None,
+        "recalled": [i for i in info.get("recalled", []) if integer(i) is not None]
+        if isinstance(info.get("recalled"), list) else [],
+        "stripped": text(d.get("stripped")),
+        "prompt": {"text": text(prompt.get("text")), "extends": prompt.get("extends") is True}
+        if isinstance(prompt, dict) else None,
+        "tokens": tokens(d.get("tokens")),
+        "calls": [{"purpose": text(c.get("purpose"), 100), "text": text(c.get("text"))}
+                  for c in d.get("calls", []) if isinstance(c, dict)] if isinstance(d.get("calls"), list) else [],
+    }
+    return out
+
+
+def trajectory(rec: Any) -> dict:
+    """One line of ``trajectories.jsonl`` as the page shows it; ValueError if it is not a trajectory."""
+    if not isinstance(rec, dict) or integer(rec.get("step")) is None or not isinstance(rec.get("steps"), list):
+        raise ValueError("not a trajectory record")
+    task = rec.get("task") if isinstance(rec.get("task"), dict) else {}
+    flags = rec.get("flags") if isinstance(rec.get("flags"), dict) else {}
+    turns = [turn(s) for s in rec["steps"]]
+    reward = num(rec.get("reward"))
+    search = flags.get("search") if isinstance(flags.get("search"), dict) else None
+    shown = ("query", "reference", "advantages", "values", "search", "judge_score", "shaped_reward", "guided",
+             "insights", "intent", "intent_true")
+    return {
+        "step": rec["step"],
+        "group": text(rec.get("group_id"), 500),
+        "success": rec.get("success") is True,
+        "reward": reward if reward is not None else sum(t["reward"] or 0.0 for t in turns),
+        "task": {"id": text(task.get("id"), 500), "env": text(task.get("env"), 200), "seed": integer(task.get("seed")),
+                 "instruction": text(task.get("instruction")), "intent": text(task.get("intent"), 200)},
+        "system": text(rec.get("system")),
+        "query": text(flags.get("query")),
+        "reference": text(flags.get("reference")),
+        "advantages": numbers(flags.get("advantages")),
+        "values": numbers(flags.get("values")),
+        "judge_score": num(flags.get("judge_score")),
+        "shaped_reward": num(flags.get("shaped_reward")),
+        "guided": flags.get("guided") is True,
+        "insights": [i for i in flags.get("insights", []) if integer(i) is not None]
+        if isinstance(flags.get("insights"), list) else [],
+        "intent": text(flags.get("intent"), 200),
+        "search": None if search is None else {"tree": integer(search.get("tree")),
+                                               "node": integer(search.get("node")), "score": num(search.get("score")),
+                                               "strategy": text(search.get("strategy"), 50)},
+        "flags": {k: v for k, v in flags.items() if k not in shown},
+        "turns": turns,
+    }
+
+
+def tree(rec: Any) -> dict:
+    """One line of ``search_trees.jsonl``: nodes with integer ids and parents (None for a root)."""
+    if not isinstance(rec, dict) or integer(rec.get("step")) is None or not isinstance(rec.get("nodes"), list):
+        raise ValueError("not a search tree record")
+    nodes = []
+    for n in rec["nodes"][:MAX_NODES]:
+        if not isinstance(n, dict) or integer(n.get("id")) is None:
+            continue
+        nodes.append({"id": n["id"], "parent": integer(n.get("parent")), "turn": integer(n.get("turn")) or 0,
+                      "action": text(n.get("action"), 5000), "observation": text(n.get("observation"), 5000),
+                      "reward": num(n.get("reward")), "score": num(n.get("score")), "progress": num(n.get("progress")),
+                      "valid": n.get("valid") is not False, "done": n.get("done") is True,
+                      "success": n.get("success") is True, "failed": n.get("failed") is True,
+                      "kept": n.get("kept") is True})
+    return {"step": rec["step"], "task": text(rec.get("task"), 500), "strategy": text(rec.get("strategy"), 50),
+            "scorer": text(rec.get("scorer"), 50), "nodes": nodes}
+
+
+def metric(rec: Any) -> dict:
+    if not isinstance(rec, dict) or integer(rec.get("step")) is None:
+        raise ValueError("not a metrics record")
+    out = {"step": rec["step"]}
+    out.update({text(k, 200): v for k, v in rec.items() if k != "step" and num(v) is not None})
+    return out
+
+
+# ---- files -------------------------------------------------------------------------------------------------
+
+def read_jsonl(path: Path, parse, skipped: Counter) -> list:
+    """``parse(record)`` of each line of ``path``; lines that fail are counted in ``skipped[path.name]``."""
+    out = []
+    if not path.is_file():
+        return out
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                out.append(parse(loads_json(line)))
+            except (ValueError, TypeError, AttributeError, RecursionError):  # JSONDecodeError is a ValueError
+                skipped[path.name] += 1
+    return out
+
+
+def pool_items(path: Path, ids: set[int], skipped: Counter) -> tuple[dict[int, dict], dict[str, int]]:
+    """The experience pool's rows named by ``ids`` (recalled trajectories, shown insights) and the row counts by
+    kind, from ``experience.sqlite`` opened read-only (a bad file is counted, not raised)."""
+    if not path.is_file():
+        return {}, {}
+    items, counts = {}, {}
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            counts = {text(k, 50): int(n) for k, n in conn.execute("SELECT kind, COUNT(*) FROM items GROUP BY kind")}
+            wanted = sorted(ids)
+            for start in range(0, len(wanted), 500):  # SQLite bounds the number of parameters of one query
+                chunk = wanted[start:start + 500]
+                rows = conn.execute("SELECT id, kind, text, key_text, intent, origin, step, score, success FROM items "
+                                    f"WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+                for r in rows:
+                    items[int(r[0])] = {"kind": text(r[1], 50), "text": text(r[2], 20_000), "key": text(r[3], 2000),
+                                        "intent": text(r[4], 200), "origin": text(r[5], 50), "step": integer(r[6]),
+                                        "score": num(r[7]), "success": bool(r[8])}
+        finally:
+            conn.close()
+    except (sqlite3.Error, ValueError, TypeError, OverflowError):
+        skipped[path.name] += 1
+    return items, counts
+
+
+def attach_judge_replies(steps: dict[int, list[dict]], calls: list[dict]) -> None:
+    """The judge scores a step's trajectories in order, one ``judge`` call each (``rewards/judge.py``), so the
+    k-th judge call of step s belongs to its k-th trajectory — attached only where the counts agree."""
+    by_step = defaultdict(list)
+    for c in calls:
+        if c["purpose"] == "judge":
+            by_step[c["step"]].append(c["output"])
+    for s, trajs in steps.items():
+        replies = by_step.get(s, [])
+        if len(replies) == len(trajs):
+            for t, reply in zip(trajs, replies):
+                t["judge_reply"] = reply
+
+
+def llm_call(rec: Any) -> dict:
+    if not isinstance(rec, dict) or integer(rec.get("step")) is None:
+        raise ValueError("not an llm call record")
+    return {"step": rec["step"], "purpose": text(rec.get("purpose"), 100), "output": text(rec.get("output"))}
+
+
+def config_facts(cfg: dict) -> list[list[str]]:
+    """The few settings that say what a run was, as ``[key, value]`` pairs."""
+    facts = []
+    for path in CONFIG_KEYS:
+        node: Any = cfg
+        for k in path:
+            node = node.get(k) if isinstance(node, dict) else None
+        if node is not None and not isinstance(node, (dict, list)):
+            facts.append([".".join(path), text(node, 200)])
+    return facts
+
+
+def load_run(root: str | Path) -> RunData:
+    """Everything the viewer shows of the run folder ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SelfEvolveError(f"{root}: no such run folder")
+    if not (root / "trajectories.jsonl").is_file() and not (root / "metrics.jsonl").is_file():
+        raise SelfEvolveError(f"{root}: not a run folder (no trajectories.jsonl or metrics.jsonl)")
+    skipped: Counter = Counter()
+    cfg: dict = {}
+    if (root / "config.yaml").is_file():
+        try:
+            cfg = load_yaml((root / "config.yaml").read_text(encoding="utf-8", errors="replace"), root / "config.yaml")
+        except (SelfEvolveError, TypeError, ValueError):
+            skipped["config.yaml"] += 1
+        # plain JSON for the page (YAML may hold dates or non-string keys)
+        cfg = json.loads(json.dumps(cfg, default=str, skipkeys=True))
+    metrics = read_jsonl(root / "metrics.jsonl", metric, skipped)
+    steps: dict[int, list[dict]] = defaultdict(list)
+    for t in read_jsonl(root / "trajectories.jsonl", trajectory, skipped):
+        steps[t["step"]].append(t)
+    trees: dict[int, list[dict]] = defaultdict(list)
+    for t in read_jsonl(root / "search_trees.jsonl", tree, skipped):
+        trees[t.pop("step")].append(t)
+    attach_judge_replies(steps, read_jsonl(root / "llm_calls.jsonl", llm_call, skipped))
+    wanted = {i for ts in steps.values() for t in ts for i in (*t["insights"], *(r for u in t["turns"]
+                                                                                  for r in u["recalled"]))}
+    pool, pool_counts = pool_items(root / "experience.sqlite", wanted, skipped)
+    index = []
+    for s in sorted(steps):
+        for i, t in enumerate(steps[s]):
+            t["index"] = i
+            adv = [a for a in t["advantages"] if a is not None]
+            index.append({"s": s, "i": i, "g": t["group"], "r": t["reward"], "ok": t["success"], "n": len(t["turns"]),
+                          "a": adv[0] if adv else None, "task": t["task"]["id"], "j": t["judge_score"]})
+    summary = {
+        "name": root.resolve().name,
+        "facts": config_facts(cfg),
+        "config": cfg,
+        "metrics": metrics,
+        "index": index,
+        "steps": sorted(steps),
+        "trees": {str(s): len(v) for s, v in sorted(trees.items())},
+        "pool": pool,
+        "pool_counts": pool_counts,
+        "skipped": dict(skipped),
+        "tokens": any(u["tokens"] for ts in steps.values() for t in ts[:1] for u in t["turns"]),
+    }
+    return RunData(root, summary, dict(steps), dict(trees))
