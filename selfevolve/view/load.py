@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from selfevolve.errors import SelfEvolveError
+from selfevolve.experience.pool import _connect as connect_pool
 from selfevolve.untrusted import load_yaml, loads_json
 
 MAX_TEXT = 200_000  # characters of one text field shown; a crafted megabyte reply is cut, not rendered whole
@@ -196,7 +197,7 @@ def pool_items(path: Path, ids: set[int], skipped: Counter) -> tuple[dict[int, d
         return {}, {}
     items, counts = {}, {}
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = connect_pool(path, readonly=True)  # trusted_schema off; views and triggers refused
         try:
             counts = {text(k, 50): int(n) for k, n in conn.execute("SELECT kind, COUNT(*) FROM items GROUP BY kind")}
             wanted = sorted(ids)
@@ -210,7 +211,7 @@ def pool_items(path: Path, ids: set[int], skipped: Counter) -> tuple[dict[int, d
                                         "score": num(r[7]), "success": bool(r[8])}
         finally:
             conn.close()
-    except (sqlite3.Error, ValueError, TypeError, OverflowError):
+    except (sqlite3.Error, SelfEvolveError, ValueError, TypeError, OverflowError):
         skipped[path.name] += 1
     return items, counts
 
@@ -227,6 +228,19 @@ def attach_judge_replies(steps: dict[int, list[dict]], calls: list[dict]) -> Non
         if len(replies) == len(trajs):
             for t, reply in zip(trajs, replies):
                 t["judge_reply"] = reply
+
+
+def attach_search_requests(steps: dict[int, list[dict]], trees: dict[int, list[dict]]) -> None:
+    """Search rollouts (``rollout.search=beam|lookahead``) leave ``flags["query"]`` out; the request is the
+    observation at the root of the trajectory's search tree."""
+    for s, trajs in steps.items():
+        for t in trajs:
+            k = (t["search"] or {}).get("tree")
+            if t["query"] or k is None or not 0 <= k < len(trees.get(s, [])):
+                continue
+            roots = [n for n in trees[s][k]["nodes"] if n["parent"] is None]
+            if len(roots) == 1 and roots[0]["observation"]:
+                t["query"] = roots[0]["observation"]
 
 
 def llm_call(rec: Any) -> dict:
@@ -270,6 +284,7 @@ def load_run(root: str | Path) -> RunData:
     trees: dict[int, list[dict]] = defaultdict(list)
     for t in read_jsonl(root / "search_trees.jsonl", tree, skipped):
         trees[t.pop("step")].append(t)
+    attach_search_requests(steps, trees)
     attach_judge_replies(steps, read_jsonl(root / "llm_calls.jsonl", llm_call, skipped))
     wanted = {i for ts in steps.values() for t in ts for i in (*t["insights"], *(r for u in t["turns"]
                                                                                   for r in u["recalled"]))}

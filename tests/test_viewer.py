@@ -1,0 +1,349 @@
+"""The trajectory viewer (``selfevolve view``) on a real tiny run, opened in headless Chromium.
+
+One run is trained for the module (``model.name=tiny``, Self-AC with beam search, so that it has values,
+advantages and search trees) and its page written by the real command. Each test opens a view of the page by its
+URL (the location hash selects the view) with ``chromium --dump-dom``, which prints the DOM after the page's
+scripts ran, and checks what was rendered against the run's own files: counts of steps, groups, turns, coloured
+tokens, tree nodes, filtered rows, and the chat JSONL export read back. No Python browser driver is needed.
+
+Chromium comes from Debian's package (``make setup`` installs it when missing). Without it the tests fail on CI
+(``CI`` set) and are skipped elsewhere, with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from selfevolve import Trainer, load_config
+from selfevolve.cli import app
+from selfevolve.models.loading import load_model
+from selfevolve.view.load import load_run
+from selfevolve.view.record import token_pieces
+from selfevolve.view.serve import make_server
+
+RUN = [
+    "model.name=tiny", "model.dtype=fp32", "env.size=3", "env.max_turns=4", "train.steps=2",
+    "train.warm_start_steps=0", "train.tasks_per_step=2", "algo.group_size=2", "algo.name=self_ac",
+    "rollout.search=beam", "search.m=2", "search.beams=2", "eval.episodes=2", "train.progress=false",
+]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        msg = "headless Chromium is needed: `make setup` installs it (apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+def browse(url: str, tmp: Path, screenshot: Path | None = None, size: str = "1280,900") -> "Dom":
+    """The DOM of ``url`` after its scripts ran (and a screenshot of it when asked)."""
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    args = [chromium(), *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
+    if screenshot is not None:
+        subprocess.run([*args, f"--screenshot={screenshot}", f"--window-size={size}", url], capture_output=True,
+                       timeout=120, check=True)
+    out = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = Dom(out)
+    assert dom.root_attrs.get("data-ready"), f"the page did not finish rendering {url}:\n{out[-2000:]}"
+    return dom
+
+
+class Dom(HTMLParser):
+    """Elements of a serialised DOM: tag, attributes and text (enough to count and read what was rendered)."""
+
+    def __init__(self, markup: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[dict] = []
+        self.stack: list[dict] = []
+        self.root_attrs: dict = {}
+        self.feed(markup)
+
+    def handle_starttag(self, tag, attrs):
+        el = {"tag": tag, "attrs": dict(attrs), "text": []}
+        if tag == "html":
+            self.root_attrs = el["attrs"]
+        self.elements.append(el)
+        if tag not in VOID:
+            self.stack.append(el)
+
+    def handle_endtag(self, tag):
+        for k in range(len(self.stack) - 1, -1, -1):
+            if self.stack[k]["tag"] == tag:
+                del self.stack[k:]
+                break
+
+    def handle_data(self, data):
+        for el in self.stack[-3:]:  # enough for the texts read here, without copying scripts into <html>
+            el["text"].append(data)
+
+    def all(self, tag: str | None = None, cls: str | None = None, **attrs) -> list[dict]:
+        return [e for e in self.elements if (tag is None or e["tag"] == tag)
+                and (cls is None or cls in e["attrs"].get("class", "").split())
+                and all(e["attrs"].get(k.replace("_", "-")) == v for k, v in attrs.items())]
+
+    def one(self, tag: str | None = None, cls: str | None = None, **attrs) -> dict:
+        found = self.all(tag, cls, **attrs)
+        assert len(found) == 1, (tag, cls, attrs, len(found))
+        return found[0]
+
+
+def text(el: dict) -> str:
+    return "".join(el["text"])
+
+
+def records(run: Path, name: str = "trajectories.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (run / name).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A real tiny run with its page written by ``selfevolve view``."""
+    out = tmp_path_factory.mktemp("viewer") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        Trainer(load_config(overrides=[*RUN, f"train.out_dir={out}"])).train()
+    finally:
+        torch.set_num_threads(threads)
+    result = CliRunner().invoke(app, ["view", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "8 trajectories, 2 steps" in result.output
+    return out
+
+
+def request(run: Path, rec: dict) -> str:
+    """The episode's first observation: recorded by plain rollouts, the root of its tree for beam search."""
+    if "query" in rec["flags"]:
+        return rec["flags"]["query"]
+    tree = [t for t in records(run, "search_trees.jsonl") if t["step"] == rec["step"]][rec["flags"]["search"]["tree"]]
+    return next(n["observation"] for n in tree["nodes"] if n["parent"] is None)
+
+
+def page(run: Path, view: str = "") -> str:
+    return (run / "view.html").as_uri() + ("#/" + view if view else "")
+
+
+# ---- what the run records -------------------------------------------------------------------------------------
+
+def test_the_run_records_what_the_viewer_needs(run):
+    recs = records(run)
+    assert len(recs) == 8 and {r["step"] for r in recs} == {1, 2}
+    _, tok = load_model("tiny", "fp32", seed=0)
+    special = set(tok.all_special_tokens)
+    for r in recs:
+        assert r["system"].startswith("FrozenLake") and len(r["flags"]["advantages"]) == len(r["steps"])
+        assert len(r["flags"]["values"]) == len(r["steps"]) + 1  # V(s_0..s_n), the final state too (Self-AC)
+        for k, s in enumerate(r["steps"]):
+            t = s["tokens"]
+            assert len(t["text"]) == len(t["logprob"]) == len(t["entropy"]) > 0
+            assert all(lp <= 0 for lp in t["logprob"]) and all(e >= 0 for e in t["entropy"])
+            joined = "".join(p for p in t["text"] if p not in special)
+            assert joined == s["action_text"]  # the pieces are the reply, token by token
+            assert 0 <= s["uncertainty"] <= 1
+            assert s["prompt"]["extends"] == (k > 0)  # the full-history chat: later prompts are tails
+        full = "".join(s["prompt"]["text"] for s in r["steps"])
+        assert full.count("<|im_start|>assistant") >= len(r["steps"])
+
+
+def test_token_pieces_join_to_the_decoded_text_across_split_characters():
+    _, tok = load_model("tiny", "fp32", seed=0)
+    for sample in ["héllo 🙂 wörld — ok", "日本語のテキスト", " Right<|im_end|>"]:
+        ids = tok.encode(sample, add_special_tokens=False)
+        pieces = token_pieces(tok, ids)
+        assert len(pieces) == len(ids) and "".join(pieces) == tok.decode(ids, skip_special_tokens=False)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):  # random ids: orphan continuation bytes and all
+        ids = torch.randint(len(tok), (12,), generator=g).tolist()
+        assert "".join(token_pieces(tok, ids)) == tok.decode(ids, skip_special_tokens=False)
+
+
+# ---- the page in the browser ----------------------------------------------------------------------------------
+
+def test_the_page_is_self_contained(run):
+    markup = (run / "view.html").read_text()
+    assert "Content-Security-Policy" in markup and "default-src 'none'" in markup
+    assert " src=" not in markup and "<link" not in markup  # nothing is loaded from anywhere
+    script = markup.split("<script>")[-1].replace("'http://www.w3.org/2000/svg'", "")  # a name, not a location
+    assert "http://" not in script and "https://" not in script and "//cdn" not in script
+
+
+def test_summary_shows_curves_evaluations_and_every_step(run, tmp_path):
+    shot = tmp_path / "summary.png"
+    dom = browse(page(run), tmp_path, screenshot=shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    assert [e["attrs"]["data-step"] for e in dom.all("tr", "step-row")] == ["1", "2"]
+    charts = {e["attrs"]["data-metric"] for e in dom.all("svg", "chart")}
+    assert {"reward/mean", "success/rate", "eval/success"} <= charts
+    metrics = records(run, "metrics.jsonl")
+    evals = [m for m in metrics if "eval/success" in m]
+    assert dom.one("table", "evals") and len(dom.all("circle", "eval")) >= len(evals) * 2
+    assert int(dom.root_attrs["data-ready-ms"]) < 2000  # opens and is usable within 2 s
+
+
+def test_step_view_shows_groups_side_by_side(run, tmp_path):
+    dom = browse(page(run, "step/1"), tmp_path)
+    recs = [r for r in records(run) if r["step"] == 1]
+    groups = dom.all("section", "group")
+    assert len(groups) == len({r["group_id"] for r in recs}) == 2
+    assert len(dom.all("a", "card")) == len(recs)
+    assert len(dom.all(cls="sq")) == sum(len(r["steps"]) for r in recs)  # one square per turn
+
+
+@pytest.mark.parametrize("mode", ["logprob", "entropy", "advantage"])
+def test_trajectory_view_colours_every_reply_token(run, tmp_path, mode):
+    shot = tmp_path / f"traj-{mode}.png"
+    dom = browse(page(run, f"traj/2/1?tok={mode}"), tmp_path, screenshot=shot if mode == "entropy" else None)
+    rec = [r for r in records(run) if r["step"] == 2][1]
+    turns = dom.all("section", "turn")
+    assert len(turns) == len(rec["steps"])
+    toks = dom.all("span", "tok")
+    assert len(toks) == sum(len(s["tokens"]["text"]) for s in rec["steps"])
+    colours = [t["attrs"].get("style", "") for t in toks]
+    assert all("background" in c for c in colours)
+    if mode != "advantage":  # per token; the advantage is per turn (broadcast to its tokens)
+        assert len(set(colours)) > 1
+    badges = [text(b) for b in dom.all("span", "badge")]
+    shown = [float(b.split()[1]) for b in badges if b.startswith("advantage ")]
+    assert shown == pytest.approx(rec["flags"]["advantages"], abs=1e-3)  # one per turn, 3 decimals
+    assert any(b.startswith("value ") for b in badges) and any(b.startswith("uncertainty ") for b in badges)
+    prompts = [text(p) for p in dom.all("pre", "prompt")]
+    assert len(prompts) == len(rec["steps"]) and prompts[0].startswith("<|im_start|>system")
+    assert all(prompts[k].startswith(prompts[k - 1]) for k in range(1, len(prompts)))  # rebuilt from tails
+    assert dom.one(id="token-modes")
+
+
+def test_search_tree_is_drawn_with_its_kept_path(run, tmp_path):
+    trees = [t for t in records(run, "search_trees.jsonl") if t["step"] == 1]
+    dom = browse(page(run, "tree/1/0"), tmp_path)
+    assert dom.one("svg", "tree")["attrs"]["data-nodes"] == str(len(trees[0]["nodes"]))
+    assert len(dom.all("circle", "node")) == len(trees[0]["nodes"])
+    assert len(dom.all("line", "kept")) == sum(n.get("kept", False) for n in trees[0]["nodes"]) - 1
+
+
+def test_best_and_worst_side_by_side(run, tmp_path):
+    dom = browse(page(run, "compare/1/0/1/1"), tmp_path)
+    sides = dom.all("div", "side")
+    recs = [r for r in records(run) if r["step"] == 1]
+    assert len(sides) == 2
+    assert len(dom.all("section", "turn")) == len(recs[0]["steps"]) + len(recs[1]["steps"])
+
+
+def test_filters_and_text_search_select_the_matching_trajectories(run, tmp_path):
+    recs = records(run)
+    needle = [r for r in recs if r["step"] == 2][1]["steps"][0]["action_text"].strip()[:12]
+
+    def searchable(r):  # what the page searches: task, request, replies, observations, state keys
+        parts = [r["task"]["id"], request(run, r), r["task"]["instruction"]]
+        return "\n".join(parts + [x for s in r["steps"] for x in (s["action_text"], s["observation"], s["state_key"])])
+
+    want = [r for r in recs if r["step"] == 2 and r["reward"] <= 0 and not r["success"]
+            and needle.lower() in searchable(r).lower()]
+    q = urllib.request.quote(needle)
+    dom = browse(page(run, f"list?success=no&rmax=0&smin=2&q={q}"), tmp_path)
+    assert dom.one(id="match-count")["attrs"]["data-count"] == str(len(want)) and len(want) >= 1
+    assert len(dom.all("tr", "traj-row")) == len(want)
+    dom = browse(page(run, "list?success=yes&rmin=100"), tmp_path)
+    assert dom.one(id="match-count")["attrs"]["data-count"] == "0"
+
+
+def test_export_round_trip_as_chat_jsonl(run, tmp_path):
+    dom = browse(page(run, "list?smin=2&sel=all&show=export"), tmp_path)
+    lines = [json.loads(line) for line in text(dom.one("pre", id="export-text")).splitlines()]
+    recs = [r for r in records(run) if r["step"] == 2]
+    assert len(lines) == len(recs)
+    for line, rec in zip(lines, recs):
+        msgs = line["messages"]
+        assert [m["role"] for m in msgs[:2]] == ["system", "user"]
+        assert msgs[0]["content"] == rec["system"] and msgs[1]["content"] == request(run, rec)
+        assert [m["content"] for m in msgs if m["role"] == "assistant"] == [s["action_text"] for s in rec["steps"]]
+        assert [m["content"] for m in msgs[2:] if m["role"] == "user"] == [s["observation"] for s in rec["steps"][:-1]]
+        assert msgs[-1]["role"] == "assistant"
+        assert line["metadata"]["reward"] == pytest.approx(rec["reward"]) and line["metadata"]["step"] == 2
+
+
+# ---- untrusted run folders ------------------------------------------------------------------------------------
+
+ATTACK = '</script><script>document.documentElement.setAttribute("data-pwned","1")</script>'
+IMG = '<img src=x onerror="document.documentElement.setAttribute(\'data-pwned\',\'2\')">'
+
+
+def test_a_crafted_run_renders_as_text_and_bad_lines_are_skipped(run, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "view.html"))
+    recs = records(bad)
+    r = recs[0]
+    r["task"]["id"] = IMG
+    r["flags"]["query"] = ATTACK + IMG
+    s = r["steps"][0]
+    s["action_text"] = ATTACK + IMG
+    s["observation"] = IMG + "\u2028" + ATTACK
+    s["prompt"]["text"] = ATTACK
+    s["tokens"]["text"][0] = ATTACK
+    s["info"]["x"] = IMG
+    lines = [json.dumps(x) for x in recs]
+    lines[1] = lines[1][: len(lines[1]) // 2]  # a line cut by a crash
+    lines += ["not json at all", '{"step": "one", "steps": 5}', '{"step": 1, "steps": [{"reward": "x"}, 3]}',
+              "[" * 100_000]
+    (bad / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    with (bad / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "reward/mean": NaN}\n{"step": 4, "' + IMG + '": 1}\n')
+    result = CliRunner().invoke(app, ["view", str(bad), "--out", str(tmp_path / "bad.html")])
+    assert result.exit_code == 0, result.output
+    assert "5 bad line(s) in trajectories.jsonl skipped" in result.output
+    html_text = (tmp_path / "bad.html").read_text()
+    assert ATTACK not in html_text and "<img" not in html_text.split("</style>")[1]
+    url = (tmp_path / "bad.html").as_uri()
+    for view in ["", "traj/1/0", "list?q=script", "step/1", "compare/1/0/1/0"]:
+        dom = browse(f"{url}#/{view}", tmp_path)
+        assert "data-pwned" not in dom.root_attrs, view  # nothing from the run ran
+        assert not dom.all("img") and not [e for e in dom.all() if any(k.startswith("on") for k in e["attrs"])]
+        scripts = dom.all("script")
+        assert sum("type" not in e["attrs"] for e in scripts) == 1  # the page's own script only
+    dom = browse(f"{url}#/traj/1/0", tmp_path)
+    assert text(dom.all("span", "tok")[0]) == ATTACK  # shown as the text it is
+    assert any(IMG in text(p) for p in dom.all("pre", "obs")) and ATTACK + IMG in [text(p) for p in dom.all("pre")]
+    assert any(IMG in text(b) for b in dom.all("span", "badge"))  # the task id, shown as text
+    dom = browse(url, tmp_path)
+    assert any("5 malformed" in text(p) for p in dom.all("p", "warn"))
+
+
+# ---- --serve --------------------------------------------------------------------------------------------------
+
+def test_serve_sends_each_step_on_demand(run, tmp_path):
+    server = make_server(load_run(run), port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        home = urllib.request.urlopen(base + "/").read().decode()
+        assert 'id="steps-1"' not in home and '"mode":"serve"' in home  # the steps are not in the page
+        step = json.loads(urllib.request.urlopen(base + "/data/steps/2.json").read())
+        assert len(step) == 4 and step[0]["step"] == 2
+        for path in ["/data/steps/../../etc/passwd", "/config.yaml", "/data/steps/x.json"]:
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(base + path)
+            assert e.value.code == 404
+        dom = browse(f"{base}/#/traj/2/1?tok=entropy", tmp_path)  # fetched by the page, under its policy
+        assert len(dom.all("section", "turn")) == len([r for r in records(run) if r["step"] == 2][1]["steps"])
+        dom = browse(f"{base}/#/tree/2/1", tmp_path)
+        assert dom.all("circle", "node")
+    finally:
+        server.shutdown()
+        server.server_close()
