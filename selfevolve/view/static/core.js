@@ -47,7 +47,8 @@ function details(summary, body, open) {
 function fmt(x, digits) {
   if (x === null || x === undefined || Number.isNaN(x)) return '–';
   const d = digits === undefined ? 3 : digits;
-  if (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 10 ** -d)) return x.toExponential(2);
+  if (Math.abs(x) < 1e-12) return '0'; // rounding noise of a sum (0.1 + 0.2 - 0.3), not a value
+  if (Math.abs(x) >= 1e4 || Math.abs(x) < 10 ** -d) return x.toExponential(2);
   return (Math.round(x * 10 ** d) / 10 ** d).toString();
 }
 

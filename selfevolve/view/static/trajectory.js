@@ -10,11 +10,17 @@ function groupsOf(trajs) {
   return groups;
 }
 
+function turnEnd(t, u, k) {
+  // how a turn ended the episode: won, lost (e.g. a hole), or cut by the turn limit; null if it went on
+  if (k !== t.turns.length - 1 || !u.done) return null;
+  return t.success ? 'win' : u.info.truncated === true ? 'cut' : 'lose';
+}
+
 function turnStrip(t) {
-  // one square per turn: green a success's last turn, red a failure's end, grey an invalid reply
+  // one square per turn: blue a valid move, grey an invalid reply, then the end: green won, red lost, outlined cut
   return h('span', {class: 'strip'}, t.turns.map((u, k) => h('span', {
-    class: 'sq ' + (!u.valid ? 'invalid' : k === t.turns.length - 1 && u.done ? (t.success ? 'win' : 'lose') : 'move'),
-    title: `turn ${k + 1}: reward ${fmt(u.reward)}${u.valid ? '' : ' (invalid)'}`})));
+    class: 'sq ' + (turnEnd(t, u, k) || (u.valid ? 'move' : 'invalid')) + (u.valid ? '' : ' invalid'),
+    title: `turn ${k + 1}: reward ${fmt(u.reward)}${u.valid ? '' : ' (invalid)'}${turnEnd(t, u, k) ? ', ' + turnEnd(t, u, k) : ''}`})));
 }
 
 VIEWS.step = async function step(main, r) {
@@ -80,7 +86,8 @@ function tokenTop(ts, mode) {
 function modeSwitch(r, mode, top) {
   const here = r.parts.join('/');
   return h('div', {class: 'modes', id: 'token-modes'}, 'colour tokens by: ',
-    Object.keys(SCALES).map((m) => h('a', {href: link(here, {tok: m}), class: m === mode ? 'on' : ''}, m)), ' ',
+    Object.keys(SCALES).map((m) => h('a', {href: link(here, {...Object.fromEntries(r.q), tok: m}),
+      class: m === mode ? 'on' : ''}, m)), ' ',
     legend(mode, top));
 }
 
@@ -102,7 +109,7 @@ function poolItem(id) {
     h('pre', null, it.text)));
 }
 
-function turnCard(t, u, k, prompt, mode, top, compact) {
+function turnCard(t, u, k, prompt, mode, top, compact, openPrompt) {
   const adv = t.advantages[k];
   const value = t.values[k];
   const heads = [badge('reward', fmt(u.reward)), badge('advantage', signed(adv)),
@@ -113,7 +120,7 @@ function turnCard(t, u, k, prompt, mode, top, compact) {
     h('h3', null, `Turn ${k + 1}`), h('div', {class: 'facts'}, heads),
     compact ? null : details('prompt as the model saw it' + (prompt === null ? ' (not recorded)' : ''),
       h('pre', {class: 'prompt'}, prompt === null ? 'Not recorded: train.log_prompts was off, or the run predates it.'
-        : prompt)),
+        : prompt), openPrompt),
     u.calls.length ? details(`${u.calls.length} context call(s)`, u.calls.map((c) => h('pre', null, `[${c.purpose}] ${c.text}`))) : null,
     u.recalled.length ? details(`recalled experience (${u.recalled.length})`, h('ul', null, u.recalled.map(poolItem))) : null,
     u.stripped ? details('stripped from the training prompt', h('pre', null, u.stripped)) : null,
@@ -148,7 +155,7 @@ function trajBody(t, s, i, r, mode, top, compact) {
       h('ul', null, t.insights.map(poolItem))) : null,
     Object.keys(t.flags).length ? details('other flags', h('pre', null, JSON.stringify(t.flags, null, 1))) : null,
     h('div', {class: 'turns', data: {turns: t.turns.length}},
-      t.turns.map((u, k) => turnCard(t, u, k, prompts[k], mode, top, compact))),
+      t.turns.map((u, k) => turnCard(t, u, k, prompts[k], mode, top, compact, r.q.get('prompts') === 'open'))),
   ];
 }
 
