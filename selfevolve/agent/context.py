@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from selfevolve.agent.parsing import strip_think
 from selfevolve.agent.guidance import NO_GUIDANCE, Guidance
-from selfevolve.untrusted import loads_json
+from selfevolve.untrusted import loads_json, too_long
 
 CONTEXTS = ("causal", "reasoning", "sliding_window", "self_managed")
 
@@ -198,7 +198,9 @@ class EpisodeContext:
 def parse_decision(text: str, n: int) -> tuple[set[int], dict[int, str]] | None:
     """``(remove, compress)`` from a context call's answer, or None when it is not a valid decision: one JSON
     object (text around it is ignored) with only ``remove`` (a list of message numbers 1..n) and ``compress``
-    (number -> non-empty summary) keys, no number in both."""
+    (number -> non-empty summary) keys, no number in both. A reply longer than ``MAX_ACTION_CHARS`` is not one."""
+    if too_long(text):
+        return None
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         return None

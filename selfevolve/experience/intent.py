@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from selfevolve.untrusted import too_long
+
 SYSTEM = "You sort a user's request into exactly one category. Answer with the category name only."
 # Two worked exchanges over made-up categories (no built-in world's): SmolLM2-135M named the right intent of
 # 32 held-out requests 6 times without them and 12 (shop) / 14 (tables) times with them, and named no category
@@ -32,7 +34,10 @@ def intent_messages(query: str, intents: list[str]) -> list[dict]:
 
 
 def parse_intent(text: str, intents: list[str]) -> str | None:
-    """The intent named first in ``text`` (underscores or spaces, case-insensitive), else None."""
+    """The intent named first in ``text`` (underscores or spaces, case-insensitive), else None (also for a reply
+    longer than ``MAX_ACTION_CHARS``: the classifier's budget is 12 tokens)."""
+    if too_long(text):
+        return None
     low = text.casefold()
     best, where = None, len(low) + 1
     for name in intents:

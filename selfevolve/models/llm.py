@@ -18,14 +18,16 @@ import contextlib
 import json
 from pathlib import Path
 
-from selfevolve.untrusted import loads_json
+from selfevolve.untrusted import loads_json, too_long
 
 LOG = "llm_calls.jsonl"
 
 
 def parse_json_list(text: str) -> list[dict] | None:
     """The JSON objects of a reply: a JSON list (its object items) or one object, text around it ignored (small
-    models add prose); None when the reply holds no such JSON."""
+    models add prose); None when the reply holds no such JSON or is longer than ``MAX_ACTION_CHARS``."""
+    if too_long(text):
+        return None
     data = None
     for open_, close in (("[", "]"), ("{", "}")):
         start, end = text.find(open_), text.rfind(close)

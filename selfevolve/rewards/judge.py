@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from selfevolve.experience.records import history_text
+from selfevolve.untrusted import too_long
 
 JUDGE_SYSTEM = (
     "You score an agent's attempt at a task from 0 to 100. Rules, in order:\n"
@@ -72,7 +73,10 @@ def judge_messages(query: str, reference: str | None, episode_text: str) -> list
 def parse_reward(text: str) -> int | None:
     """The 0–100 score of a judge reply, else None. Read in order, the first form present decides:
     ``<reward>N</reward>`` (the last such tag when several), then ``reward: N`` / ``score: N`` (last one),
-    then ``N/100`` (last one), then a reply that is only an integer. A number outside 0–100 is None."""
+    then ``N/100`` (last one), then a reply that is only an integer. A number outside 0–100 is None, and so is
+    a reply longer than ``MAX_ACTION_CHARS`` (a judge's budget is ~100 tokens)."""
+    if too_long(text):
+        return None
     for pattern in (_TAG, _LABELLED, _OUT_OF_100):
         found = pattern.findall(text)
         if found:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
+from selfevolve.untrusted import too_long
 from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
 
 
@@ -83,11 +84,17 @@ def normalise_text(text: Any) -> str:
 
 def parse_number(text: Any) -> float | None:
     """A number from an answer: the whole text ('$1,234.50', '12.5%') or else its only number ('the total is
-    129.99'); None when there is no number or more than one (a list of guesses is not an answer)."""
+    129.99'); None when there is no number or more than one (a list of guesses is not an answer), or when the
+    text is longer than ``MAX_ACTION_CHARS``."""
     if isinstance(text, bool):
         return None
     if isinstance(text, (int, float)):
-        return float(text)
+        try:
+            return float(text)
+        except OverflowError:  # an int beyond 1e308
+            return None
+    if too_long(str(text)):
+        return None
     s = normalise_text(text).replace("$", "").replace("%", "").replace("usd", "").strip()
     try:
         return float(s.replace(",", ""))

@@ -48,9 +48,12 @@ def calculate_expression(expression: str) -> float | int:
         raise ToolError("the expression is too long (300 characters at most)")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte
         raise ToolError(f"cannot parse {expression!r} as arithmetic") from None
-    value = _evaluate(tree.body)
+    try:
+        value = _evaluate(tree.body)
+    except (OverflowError, RecursionError):  # 1e6 ** 64.0; a few hundred nested unary minus signs
+        raise ToolError("the result is out of range") from None
     if isinstance(value, float):
         value = round(value, 10)  # 0.1 + 0.2 -> 0.3
         if value.is_integer():
@@ -60,6 +63,8 @@ def calculate_expression(expression: str) -> float | int:
 
 def _evaluate(node: ast.AST) -> float | int:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if not abs(node.value) <= _LIMIT:  # also NaN: 1e999 parses to inf
+            raise ToolError("a number is out of range")
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_evaluate(node.operand))
@@ -80,6 +85,8 @@ def _evaluate(node: ast.AST) -> float | int:
         args = [_evaluate(a) for a in node.args]
         if node.func.id == "round" and (len(args) > 2 or (len(args) == 2 and not isinstance(args[1], int))):
             raise ToolError("round(x) or round(x, digits)")
+        if node.func.id == "round" and len(args) == 2 and abs(args[1]) > 15:
+            raise ToolError("round(x, digits) takes digits from -15 to 15")  # round(1, -10**8) computes 10**10**8
         return _FUNCTIONS[node.func.id](*args)
     raise ToolError(f"only numbers and + - * / // % ** ( ) round abs min max are allowed, not "
                     f"{type(node).__name__}")
