@@ -1,4 +1,4 @@
-"""Shared test helpers (kept small): run the ``selfevolve`` command in a fresh Python process."""
+"""Shared test helpers (kept small): run the ``selfevolve`` command in a fresh Python process or in-process."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
+
+from selfevolve import cli
+
+# A run in seconds: the tiny random model, 2 rollouts of 1 task, 3 turns, 2 eval episodes.
+TINY = [
+    "model.name=tiny", "eval.episodes=2", "algo.group_size=2", "train.tasks_per_step=1",
+    "env.max_turns=3", "train.progress=false",
+]
 
 
 def cli_env() -> dict[str, str]:
@@ -37,3 +46,30 @@ def selfevolve_cmd():
         )
 
     return run
+
+
+def joined(text: str) -> str:
+    """One line of all output lines (the consoles are wide enough that messages do not wrap; see cli_env)."""
+    return "".join(text.splitlines())
+
+
+def invoke(*args: str):
+    """Run the CLI in-process; returns (exit_code, stderr as one line, full output). The error console is
+    widened for the call so that no message wraps (as cli_env does for subprocesses)."""
+    width, cli.err.width = cli.err.width, 1000
+    try:
+        result = CliRunner().invoke(cli.app, [str(a) for a in args])
+    finally:
+        cli.err.width = width
+    code = result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        code = f"crashed: {result.exception!r}"
+    return code, joined(result.stderr), result.output
+
+
+def assert_user_error(code, err: str, output: str, *needles: str) -> None:
+    assert code == 2, (code, output)
+    assert "Traceback" not in output
+    assert err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)

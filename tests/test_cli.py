@@ -19,14 +19,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import cli_env
-from selfevolve import cli
+from conftest import TINY, assert_user_error, cli_env, invoke, joined
 from selfevolve.cli import app
 
-TINY = [
-    "model.name=tiny", "eval.episodes=2", "algo.group_size=2", "train.tasks_per_step=1",
-    "env.max_turns=3", "train.progress=false",
-]
 CKPT_FILES = ("state.json", "adapter.safetensors", "optimizer.safetensors", "rng.json", "config.yaml")
 
 
@@ -37,33 +32,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def joined(text: str) -> str:
-    """One line of all output lines (the consoles are wide enough that messages do not wrap; see cli_env)."""
-    return "".join(text.splitlines())
-
-
-def invoke(*args: str):
-    """Run the CLI in-process; returns (exit_code, stderr as one line, full output). The error console is
-    widened for the call so that no message wraps (as cli_env does for subprocesses)."""
-    width, cli.err.width = cli.err.width, 1000
-    try:
-        result = CliRunner().invoke(app, [str(a) for a in args])
-    finally:
-        cli.err.width = width
-    code = result.exit_code
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        code = f"crashed: {result.exception!r}"
-    return code, joined(result.stderr), result.output
-
-
-def assert_user_error(code, err: str, output: str, *needles: str) -> None:
-    assert code == 2, (code, output)
-    assert "Traceback" not in output
-    assert err.startswith("error: "), err
-    for needle in needles:
-        assert needle in err, (needle, err)
 
 
 def metrics_steps(run: Path) -> list[int]:
