@@ -54,6 +54,31 @@ def test_grpo_unknown_norm():
         grpo_advantages(torch.tensor([1.0]), [0], norm="bogus")
 
 
+def test_grpo_variance_is_exact_when_the_mean_dwarfs_the_spread():
+    """Two-pass variance. Rewards [4.59296, 4.59289]: mean 4.592925, deviations ±3.5e-5 (of the float32
+    values), unbiased std √2·3.5e-5 ≈ 4.95e-5, so A = ±3.5e-5 / (4.95e-5 + 1e-6) ≈ ±0.6931. For 8 rewards of
+    mean 1000 and std 1e-5 the one-pass form ΣR² − n·mean² was off by 11.1 (now < 1e-6). The reference is
+    exact (``statistics`` computes with fractions)."""
+    import random
+    import statistics
+
+    def exact(values, eps=1e-6):
+        mean, std = statistics.mean(values), statistics.stdev(values)
+        return torch.tensor([(v - mean) / (std + eps) for v in values], dtype=torch.float64)
+
+    r = torch.tensor([4.59296, 4.59289])
+    adv = grpo_advantages(r, [0, 0])
+    assert adv.tolist() == pytest.approx([0.6931, -0.6931], abs=1e-4)
+    assert (adv.double() - exact(r.tolist())).abs().max() < 1e-7  # float32 output rounding only
+    rng = random.Random(0)
+    values = [1000 + 1e-5 * rng.gauss(0, 1) for _ in range(8)]
+    adv = grpo_advantages(torch.tensor(values, dtype=torch.float64), [0] * 8)
+    assert (adv - exact(values)).abs().max() < 1e-6  # rounding of values near 1000 (ulp 1e-13 / std 1e-5)
+    rloo = rloo_advantages(torch.tensor(values, dtype=torch.float64), [0] * 8)
+    others = [(sum(values) - v) / 7 for v in values]
+    assert (rloo - torch.tensor([v - o for v, o in zip(values, others)], dtype=torch.float64)).abs().max() < 1e-9
+
+
 def test_rloo_hand_values():
     # A_i = R_i − mean of the others: 1 − (2+3)/2, 2 − (1+3)/2, 3 − (1+2)/2
     a = rloo_advantages(torch.tensor([1.0, 2.0, 3.0]), ["g"] * 3)
