@@ -1,0 +1,73 @@
+"""Attribution-driven credit (AgentEvolver's self-attributing, ADCA-GRPO's "decouple" scheme; methods.md §7):
+step labels and the episode outcome, each normalised within its task group, fused into step rewards and summed
+into step advantages.
+
+Notation: a task group G of n trajectories; trajectory i has T_i steps, step t labelled ℓ_{i,t} = +1 (GOOD) or
+−1 (BAD); R̃_i is the trajectory's outcome advantage (GRPO's z-score of the episode reward in its group, or
+RLOO's leave-one-out difference — the estimator the run names).
+
+- eq. (1) equal-trajectory-weight group statistics of the labels, then the z-score:
+      μ_G  = 1/n Σ_i (1/T_i) Σ_t ℓ_{i,t}
+      σ²_G = 1/n Σ_i (1/T_i) Σ_t (ℓ_{i,t} − μ_G)²
+      r̃_{i,t} = (ℓ_{i,t} − μ_G) / (σ_G + ε)
+- eq. (2) fusion: r̂_{i,t} = α·r̃_{i,t} + 1[t = T_i]·R̃_i
+- eq. (3) advantage: A_{i,t} = Σ_{k ≥ t} r̂_{i,k}  (undiscounted suffix sum), broadcast to step t's tokens.
+
+Why each trajectory weighs 1/n in (1), whatever its length: pooled over steps, one long looping trajectory of
+BAD steps would set the group's mean by itself (AgentEvolver's ``equal_trajectory_weight=True``, its default;
+the seed: "first the mean attribution of each trajectory, then mean and std over those"). σ_G is the
+population form (divided by n, not n − 1), as in AgentEvolver's ``_group_zscore_on_steps``. A group whose
+labels all agree has σ_G = 0 and every r̃ = 0: the labels carry no contrast, the outcome alone remains.
+
+All functions work on padded [N, T] tensors with a [N, T] bool mask of the real steps (left-aligned); padding
+never enters a statistic and comes out 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from selfevolve.algos.advantages import group_index
+
+
+def group_zscore_steps(labels: Tensor, mask: Tensor, group_ids, eps: float = 1e-6) -> Tensor:
+    """r̃ of eq. (1): ``labels`` [N, T] (+1 / −1) z-scored within each task group, every trajectory weighing
+    equally. Trajectories without steps take no part in their group's statistics."""
+    m = mask.to(torch.float64)
+    x = labels.to(torch.float64) * m
+    idx = group_index(group_ids).to(x.device)
+    k = int(idx.max()) + 1 if idx.numel() else 0
+    steps = m.sum(1)  # T_i
+    has = (steps > 0).to(torch.float64)
+    zeros = torch.zeros(k, dtype=torch.float64, device=x.device)
+    n = zeros.index_add(0, idx, has).clamp(min=1)  # trajectories with steps, per group
+    traj_mean = x.sum(1) / steps.clamp(min=1)
+    mu = (zeros.index_add(0, idx, traj_mean * has) / n)[idx]  # μ_G, gathered back to [N]
+    dev = (x - mu[:, None]) * m
+    traj_var = (dev * dev).sum(1) / steps.clamp(min=1)
+    sigma = (zeros.index_add(0, idx, traj_var * has) / n).sqrt()[idx, None]  # σ_G
+    return torch.where(sigma > 0, dev / (sigma + eps), torch.zeros_like(dev))
+
+
+def fuse_step_rewards(step_z: Tensor, mask: Tensor, outcome: Tensor, alpha: float) -> Tensor:
+    """r̂ of eq. (2): α·r̃ on every step, plus the outcome advantage R̃ [N] on each trajectory's last step."""
+    m = mask.to(torch.float64)
+    fused = alpha * step_z.to(torch.float64) * m
+    steps = mask.sum(1).long()
+    rows = torch.nonzero(steps > 0).flatten()
+    fused[rows, steps[rows] - 1] += outcome.to(torch.float64)[rows]
+    return fused
+
+
+def suffix_sums(rewards: Tensor, mask: Tensor) -> Tensor:
+    """A of eq. (3): A_t = Σ_{k≥t} r̂_k within each row (no discount); padding stays 0."""
+    r = rewards.to(torch.float64) * mask.to(torch.float64)
+    return r.flip(1).cumsum(1).flip(1) * mask.to(torch.float64)
+
+
+def attribution_advantages(labels: Tensor, mask: Tensor, outcome: Tensor, group_ids, alpha: float = 0.2,
+                           eps: float = 1e-6) -> Tensor:
+    """Step advantages [N, T] of eqs. (1)–(3) from step labels (+1 GOOD / −1 BAD) and outcome advantages R̃."""
+    return suffix_sums(fuse_step_rewards(group_zscore_steps(labels, mask, group_ids, eps), mask, outcome, alpha),
+                       mask)
