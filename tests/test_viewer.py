@@ -344,6 +344,10 @@ def test_serve_sends_each_step_on_demand(run, tmp_path):
         assert len(dom.all("section", "turn")) == len([r for r in records(run) if r["step"] == 2][1]["steps"])
         dom = browse(f"{base}/#/tree/2/1", tmp_path)
         assert dom.all("circle", "node")
+        word = urllib.request.quote(records(run)[5]["steps"][0]["action_text"].strip()[:8])
+        served = browse(f"{base}/#/list?q={word}", tmp_path).one(id="match-count")["attrs"]["data-count"]
+        in_file = browse(page(run, f"list?q={word}"), tmp_path).one(id="match-count")["attrs"]["data-count"]
+        assert served == in_file != "0"  # the server's search finds what the page's own search finds
     finally:
         server.shutdown()
         server.server_close()

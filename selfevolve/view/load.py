@@ -164,6 +164,15 @@ def tree(rec: Any) -> dict:
             "scorer": text(rec.get("scorer"), 50), "nodes": nodes}
 
 
+def searchable(t: dict) -> str:
+    """The lower-case text a search looks in: task, request, replies, observations, state keys (the page's
+    ``haystack`` in static/summary.js is the same, for single-file pages)."""
+    parts = [t["task"]["id"], t["query"], t["task"]["instruction"]]
+    for u in t["turns"]:
+        parts += [u["action"], u["observation"], u["state_key"]]
+    return "\n".join(parts).lower()
+
+
 def metric(rec: Any) -> dict:
     if not isinstance(rec, dict) or integer(rec.get("step")) is None:
         raise ValueError("not a metrics record")

@@ -2,16 +2,20 @@
 
 The page is the same; only its data source differs: the server sends the summary with the page and each step's
 trajectories and search trees when the page asks for them (``/data/steps/N.json``, ``/data/trees/N.json``),
-so the browser never holds more than the steps that were opened. Standard library only
-(``http.server``); it binds to 127.0.0.1 by default and serves nothing but these three kinds of path.
+so the browser never holds more than the steps that were opened; a text search runs here
+(``/data/search.json?q=...``: the matching ``[step, index]`` pairs) instead of sending every step. Standard
+library only (``http.server``); it binds to 127.0.0.1 by default and serves nothing but these paths.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
-from selfevolve.view.load import RunData
+from selfevolve.view.load import RunData, searchable
 from selfevolve.view.page import assets, build_html, content_policy, script_json
 
 DATA = re.compile(r"^/data/(steps|trees)/(-?\d{1,12})\.json$")
@@ -20,6 +24,19 @@ DATA = re.compile(r"^/data/(steps|trees)/(-?\d{1,12})\.json$")
 def make_handler(run: RunData):
     page = build_html(run, serve=True).encode("utf-8", errors="replace")
     policy = content_policy(*assets())
+
+    texts: dict[tuple[int, int], str] = {}  # (step, index) -> searchable text, built on the first search
+
+    def search(q: str) -> bytes:
+        if not texts:
+            texts.update({(s, i): searchable(t) for s, ts in run.steps.items() for i, t in enumerate(ts)})
+        q = q.lower()
+        return json.dumps([list(k) for k, v in texts.items() if q in v]).encode()
+
+    @lru_cache(maxsize=64)  # a search asks for every step in turn; revisits are served without re-encoding
+    def data(kind: str, step: int) -> bytes:
+        store = run.steps if kind == "steps" else run.trees
+        return script_json(store.get(step, [])).encode("utf-8", errors="replace")
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "selfevolve-view"
@@ -36,15 +53,17 @@ def make_handler(run: RunData):
                 self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server hook
-            path = self.path.split("?", 1)[0]
+            url = urlsplit(self.path)
+            path = url.path
             if path in ("/", "/index.html"):
                 return self._send(200, page, "text/html; charset=utf-8")
+            if path == "/data/search.json":
+                q = parse_qs(url.query).get("q", [""])[0][:1000]
+                return self._send(200, search(q), "application/json")
             m = DATA.match(path)
             if m is None:
                 return self._send(404, b"not found", "text/plain; charset=utf-8")
-            store = run.steps if m.group(1) == "steps" else run.trees
-            body = script_json(store.get(int(m.group(2)), [])).encode("utf-8", errors="replace")
-            return self._send(200, body, "application/json")
+            return self._send(200, data(m.group(1), int(m.group(2))), "application/json")
 
         do_HEAD = do_GET
 

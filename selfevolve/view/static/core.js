@@ -152,12 +152,18 @@ function topBar() {
   const r = route();
   const tab = (path, label) => h('a', {href: '#/' + path, class: (r.parts[0] || '') === path ? 'on' : ''}, label);
   return h('header', null, h('span', {class: 'brand'}, 'selfevolve view'), h('span', {class: 'run'}, RUN.name),
-    h('nav', null, tab('', 'Summary'), tab('list', 'Trajectories'), tab('steps', 'Steps')));
+    h('nav', null, tab('', 'Summary'), tab('list', 'Trajectories'), tab('steps', 'Steps')), h('span', {id: 'status'}));
+}
+
+function status(msg) {
+  const el = document.getElementById('status');
+  if (el) el.textContent = msg;
 }
 
 let rendering = 0;
 async function render() {
   const ticket = ++rendering;
+  const t0 = performance.now();
   const r = route();
   const name = r.parts[0] || '';
   const main = h('main', {id: 'view', data: {view: name || 'summary'}});
@@ -173,6 +179,7 @@ async function render() {
     document.documentElement.dataset.readyMs = String(Math.round(performance.now()));
   }
   document.documentElement.dataset.ready = String(ticket);
+  document.documentElement.dataset.renderMs = String(Math.round(performance.now() - t0)); // this view alone
 }
 
 window.addEventListener('hashchange', render);

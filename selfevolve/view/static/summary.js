@@ -104,12 +104,32 @@ const PAGE = 50;
 const haystacks = new Map(); // "s/i" -> lower-case searchable text of a trajectory
 
 function haystack(t) {
+  // what a text search looks in (the server's load.searchable, for --serve, is the same)
   const parts = [t.task.id, t.query, t.task.instruction];
   for (const u of t.turns) parts.push(u.action, u.observation, u.state_key);
   return parts.join('\n').toLowerCase();
 }
 
-async function filtered(q, progress) {
+async function textMatches(entries, text) {
+  // the set of "s/i" whose text holds ``text``: asked of the server (--serve), else read step by step here
+  if (RUN.mode === 'serve') {
+    const r = await fetch('data/search.json?q=' + encodeURIComponent(text));
+    return new Set(r.ok ? (await r.json()).map(([s, i]) => key(s, i)) : []);
+  }
+  const steps = [...new Set(entries.map((e) => e.s))];
+  for (const [n, s] of steps.entries()) { // only these steps' data are parsed
+    if (n % 10 === 0) { // let the page repaint (and show how far the search is) on a large run
+      status(`searching: step ${n + 1} of ${steps.length}`);
+      await new Promise((done) => setTimeout(done, 0));
+    }
+    const trajs = await stepData(s);
+    trajs.forEach((t, i) => { if (!haystacks.has(key(s, i))) haystacks.set(key(s, i), haystack(t)); });
+  }
+  status('');
+  return new Set(entries.filter((e) => (haystacks.get(key(e.s, e.i)) || '').includes(text)).map((e) => key(e.s, e.i)));
+}
+
+async function filtered(q) {
   const num = (k) => (q.get(k) === null || q.get(k) === '' ? null : Number(q.get(k)));
   const [rmin, rmax, smin, smax] = ['rmin', 'rmax', 'smin', 'smax'].map(num);
   const success = q.get('success') || 'any';
@@ -118,13 +138,8 @@ async function filtered(q, progress) {
     (smin === null || e.s >= smin) && (smax === null || e.s <= smax));
   const text = (q.get('q') || '').toLowerCase();
   if (!text) return out;
-  const steps = [...new Set(out.map((e) => e.s))];
-  for (const [n, s] of steps.entries()) { // step by step: only these steps' data are parsed
-    if (progress) progress(n, steps.length);
-    const trajs = await stepData(s);
-    trajs.forEach((t, i) => { if (!haystacks.has(key(s, i))) haystacks.set(key(s, i), haystack(t)); });
-  }
-  return out.filter((e) => (haystacks.get(key(e.s, e.i)) || '').includes(text));
+  const found = await textMatches(out, text);
+  return out.filter((e) => found.has(key(e.s, e.i)));
 }
 
 function filterForm(q) {
