@@ -1,23 +1,20 @@
 """How fast ``selfevolve view`` opens a run in a real browser: a default-size run and a 10,000-trajectory one.
 
-For each run: the time to load the run folder and write the page (Python), the page's size, and in headless
-Chromium, for three views:
+For each run: the time to load the run folder and write the page (Python) and the page's size; then, in headless
+Chromium driven over its DevTools pipe (``--remote-debugging-pipe``; standard library only), wall-clock times
+measured here, not by the page:
 
-- ``summary``: what opens first (config, metric curves, evaluations, the steps table);
-- ``trajectory``: one trajectory of the last step, tokens coloured (parses only that step's data);
-- ``search``: a text search over every trajectory of the run (parses every step; fetches every step when
-  served).
+- ``open``: from ``Page.navigate`` until the first view is on screen and the page answers (the page marks
+  ``data-ready`` on ``<html>`` when a view is rendered; it is polled with ``Runtime.evaluate``, which runs only
+  when the page's main thread is free, so "ready" also means "responsive");
+- ``trajectory``: in the open page, switching to one trajectory of the last step (its tokens coloured: the
+  step's data are parsed then, not before);
+- ``search``: in the open page, a text search over every trajectory (parses every step; with ``--serve`` the
+  server searches);
+- ``back``: switching back to the summary.
 
-and the same summary and trajectory views from ``selfevolve view --serve`` (the page fetches each step from the
-server). Per view: ``ready``, the time from navigation start until the view is on screen (the page records
-``performance.now()`` then, as ``data-ready-ms`` on ``<html>``; for a single-file page this includes parsing the
-whole HTML file), ``render``, the time the view itself took (``data-render-ms``: what switching to it costs once
-the page is open), and ``browser``, the wall time of a whole Chromium process that opens the view, paints it and
-takes a screenshot (start-up included). Each figure is the median of ``--repeats`` fresh browser starts.
-Chromium runs without a virtual time budget for file pages, so ``performance.now()`` is wall-clock time
-(``--dump-dom`` prints the DOM after the load event, and file views render before it); served views fetch their
-step after the load event, so they get a budget and their ready/render times are the browser's virtual time
-(their ``browser`` wall time is the honest figure).
+for the single-file page and for ``selfevolve view --serve``. Each figure is the median of ``--repeats`` fresh
+browsers.
 
 The 10,000-trajectory run is synthesized from the given run: its trajectories repeated under new step numbers
 (with a metrics line per step), so each trajectory is as large as a real one.
@@ -30,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -44,6 +42,87 @@ from selfevolve.view.serve import make_server
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+class Browser:
+    """A headless Chromium on the DevTools pipe: it reads NUL-terminated JSON commands on fd 3 and answers on fd 4."""
+
+    def __init__(self):
+        self.profile = tempfile.mkdtemp()
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        def fds():  # in the child: the pipe ends on 3 and 4 (via high numbers, so that neither overwrites the other)
+            os.dup2(to_r, 100)
+            os.dup2(from_w, 101)
+            os.dup2(100, 3)
+            os.dup2(101, 4)
+
+        self.proc = subprocess.Popen(["chromium", *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-pipe",
+                                      "about:blank"], preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id = b"", 0
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def call(self, method: str, session: bool = False, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_r, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed its DevTools pipe")
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+    def evaluate(self, expression: str):
+        return self.call("Runtime.evaluate", session=True, expression=expression,
+                         returnByValue=True)["result"].get("value")
+
+    def wait_ready(self, ticket: int, timeout: float = 120) -> None:
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            # None while the page is being replaced (the evaluation's context went away)
+            if (self.evaluate("Number(document.documentElement.dataset.ready || 0)") or 0) >= ticket:
+                return
+            time.sleep(0.005)
+        raise RuntimeError("the view did not render in time")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def session(url: str, views: list[str]) -> list[float]:
+    """Wall seconds: opening ``url``, then switching to each of ``views`` (location hashes) in the open page."""
+    b = Browser()
+    try:
+        t0 = time.perf_counter()
+        b.call("Page.navigate", session=True, url=url)
+        b.wait_ready(1)
+        out = [time.perf_counter() - t0]
+        for k, view in enumerate(views, start=2):
+            t0 = time.perf_counter()
+            b.evaluate(f"location.hash = {json.dumps(view)}")
+            b.wait_ready(k)
+            out.append(time.perf_counter() - t0)
+        return out
+    finally:
+        b.close()
 
 
 def synthesize(src: Path, dst: Path, n: int) -> None:
@@ -62,29 +141,9 @@ def synthesize(src: Path, dst: Path, n: int) -> None:
                 m.write(json.dumps({**metrics[1 + (k // per_step) % (len(metrics) - 1)], "step": rec["step"]}) + "\n")
 
 
-def attr(head: str, name: str) -> int:
-    if f'{name}="' not in head:
-        raise RuntimeError(f"the page did not render before the DOM was dumped (no {name})")
-    return int(head.split(f'{name}="')[1].split('"')[0])
-
-
-def open_once(url: str, budget: int | None = None) -> tuple[int, int, float]:
-    """(data-ready-ms, data-render-ms, wall seconds of a screenshot process), from two fresh Chromium starts."""
-    extra = [f"--virtual-time-budget={budget}"] if budget else []
-    with tempfile.TemporaryDirectory() as profile:
-        head = subprocess.run(["chromium", *FLAGS, f"--user-data-dir={profile}", *extra, "--dump-dom", url],
-                              capture_output=True, text=True, timeout=300).stdout[:400]
-    with tempfile.TemporaryDirectory() as profile:
-        t0 = time.perf_counter()
-        subprocess.run(["chromium", *FLAGS, f"--user-data-dir={profile}", *extra, "--window-size=1280,800",
-                        f"--screenshot={profile}/shot.png", url], capture_output=True, timeout=300, check=True)
-        wall = time.perf_counter() - t0
-    return attr(head, "data-ready-ms"), attr(head, "data-render-ms"), wall
-
-
-def median(url: str, repeats: int, budget: int | None = None) -> tuple[float, float, float]:
-    runs = [open_once(url, budget) for _ in range(repeats)]
-    return tuple(statistics.median(r[k] for r in runs) for k in range(3))
+def medians(url: str, views: list[str], repeats: int) -> list[float]:
+    runs = [session(url, views) for _ in range(repeats)]
+    return [statistics.median(r[k] for r in runs) for k in range(len(views) + 1)]
 
 
 def measure(run_dir: Path, repeats: int, out: Path) -> dict:
@@ -99,18 +158,12 @@ def measure(run_dir: Path, repeats: int, out: Path) -> dict:
     res = {"trajectories": len(run.summary["index"]), "steps": len(steps), "jsonl_mb":
            (run_dir / "trajectories.jsonl").stat().st_size / 1e6, "load_s": t1 - t0, "write_s": t2 - t1,
            "html_mb": size / 1e6}
-    res["summary"] = median(url, repeats)
-    res["trajectory"] = median(f"{url}#/traj/{steps[-1]}/0?tok=entropy", repeats)
-    res["search"] = median(f"{url}#/list?q={word}", repeats)
+    views = [f"#/traj/{steps[-1]}/0?tok=entropy", f"#/list?q={word}", "#/"]
+    res["file"] = medians(url, views, repeats)
     server = make_server(run, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
-        # served views fetch their step after the load event: a virtual time budget lets --dump-dom wait for it
-        # (performance.now() is then virtual time; the browser's wall time is the honest figure)
-        res["serve_summary"] = median(base, repeats, budget=5000)
-        res["serve_trajectory"] = median(f"{base}#/traj/{steps[-1]}/0?tok=entropy", repeats, budget=5000)
-        res["serve_search"] = median(f"{base}#/list?q={word}", repeats, budget=60_000)
+        res["serve"] = medians(f"http://127.0.0.1:{server.server_address[1]}/", views, repeats)
     finally:
         server.shutdown()
         server.server_close()
@@ -120,9 +173,9 @@ def measure(run_dir: Path, repeats: int, out: Path) -> dict:
 def show(name: str, r: dict) -> None:
     print(f"{name}: {r['trajectories']} trajectories in {r['steps']} steps, trajectories.jsonl {r['jsonl_mb']:.1f} MB;"
           f" load {r['load_s']:.2f} s, page written in {r['write_s']:.2f} s ({r['html_mb']:.1f} MB)")
-    for view in ("summary", "trajectory", "search", "serve_summary", "serve_trajectory", "serve_search"):
-        ready, render, wall = r[view]
-        print(f"  {view:17s} ready {ready:6.0f} ms · render {render:5.0f} ms · browser {wall:4.1f} s")
+    for mode in ("file", "serve"):
+        o, t, q, back = (1000 * x for x in r[mode])
+        print(f"  {mode:5s}  open {o:6.0f} ms · trajectory {t:5.0f} ms · search {q:5.0f} ms · back {back:5.0f} ms")
 
 
 def main() -> None:
@@ -138,12 +191,13 @@ def main() -> None:
         synthesize(args.run, tmp / "big", args.big)
         big = measure(tmp / "big", args.repeats, tmp / "big.html")
         show(f"synthesized run ({args.big} trajectories)", big)
-    print(f"SUMMARY viewer: default run ({small['trajectories']} trajectories, {small['html_mb']:.1f} MB page) ready "
-          f"in {small['summary'][0]:.0f} ms (browser {small['summary'][2]:.1f} s); {big['trajectories']} trajectories "
-          f"({big['html_mb']:.0f} MB page) ready in {big['summary'][0]:.0f} ms (browser {big['summary'][2]:.1f} s), a "
-          f"trajectory view renders in {big['trajectory'][1]:.0f} ms, a search over all in {big['search'][1]:.0f} ms; "
-          f"--serve: browser {big['serve_summary'][2]:.1f} s, a search over all {big['serve_search'][2]:.1f} s")
+    def ms(r, mode, k):
+        return f"{1000 * r[mode][k]:.0f} ms"
 
+    print(f"SUMMARY viewer: default run ({small['trajectories']} trajectories, {small['html_mb']:.1f} MB page) opens in "
+          f"{ms(small, 'file', 0)}; {big['trajectories']} trajectories ({big['html_mb']:.0f} MB page) open in "
+          f"{ms(big, 'file', 0)}, a trajectory in {ms(big, 'file', 1)}, a search over all in {ms(big, 'file', 2)}; "
+          f"with --serve in {ms(big, 'serve', 0)}, {ms(big, 'serve', 1)}, {ms(big, 'serve', 2)}")
 
 if __name__ == "__main__":
     main()

@@ -302,6 +302,8 @@ def test_a_crafted_run_renders_as_text_and_bad_lines_are_skipped(run, tmp_path):
     lines += ["not json at all", '{"step": "one", "steps": 5}', '{"step": 1, "steps": [{"reward": "x"}, 3]}',
               "[" * 100_000]
     (bad / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    with (bad / "config.yaml").open("a") as f:
+        f.write(f"weird: .nan\nwhen: 2026-01-01\n7: seven\nnote: '{ATTACK}'\n")  # loads; none of it is JSON
     with (bad / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "reward/mean": NaN}\n{"step": 4, "' + IMG + '": 1}\n')
     result = CliRunner().invoke(app, ["view", str(bad), "--out", str(tmp_path / "bad.html")])

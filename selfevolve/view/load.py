@@ -284,8 +284,8 @@ def load_run(root: str | Path) -> RunData:
             cfg = load_yaml((root / "config.yaml").read_text(encoding="utf-8", errors="replace"), root / "config.yaml")
         except (SelfEvolveError, TypeError, ValueError):
             skipped["config.yaml"] += 1
-        # plain JSON for the page (YAML may hold dates or non-string keys)
-        cfg = json.loads(json.dumps(cfg, default=str, skipkeys=True))
+        # plain JSON for the page (YAML may hold dates, non-string keys, .nan or .inf: those become null)
+        cfg = json.loads(json.dumps(cfg, default=str, skipkeys=True), parse_constant=lambda _: None)
     metrics = read_jsonl(root / "metrics.jsonl", metric, skipped)
     steps: dict[int, list[dict]] = defaultdict(list)
     for t in read_jsonl(root / "trajectories.jsonl", trajectory, skipped):
@@ -316,6 +316,5 @@ def load_run(root: str | Path) -> RunData:
         "pool": pool,
         "pool_counts": pool_counts,
         "skipped": dict(skipped),
-        "tokens": any(u["tokens"] for ts in steps.values() for t in ts[:1] for u in t["turns"]),
     }
     return RunData(root, summary, dict(steps), dict(trees))
