@@ -278,6 +278,20 @@ def test_export_round_trip_as_chat_jsonl(run, tmp_path):
         assert line["metadata"]["reward"] == pytest.approx(rec["reward"]) and line["metadata"]["step"] == 2
 
 
+def test_step_labels_of_a_judge_are_shown_per_turn(run, tmp_path):
+    """reward.attribution keeps each step's GOOD/BAD label in info.attribution; the turn shows it as a badge."""
+    labelled = tmp_path / "labelled"
+    shutil.copytree(run, labelled, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "view.html"))
+    recs = records(labelled)
+    for k, s in enumerate(recs[0]["steps"]):
+        s["info"]["attribution"] = {"label": "GOOD" if k == 0 else "BAD", "rationale": "why", "source": "oracle"}
+    (labelled / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert CliRunner().invoke(app, ["view", str(labelled)]).exit_code == 0
+    badges = [text(b) for b in browse(page(labelled, "traj/1/0"), tmp_path).all("span", "badge")]
+    labels = [b for b in badges if b.startswith("step label")]
+    assert labels == ["step label (oracle) GOOD"] + ["step label (oracle) BAD"] * (len(recs[0]["steps"]) - 1)
+
+
 # ---- untrusted run folders ------------------------------------------------------------------------------------
 
 ATTACK = '</script><script>document.documentElement.setAttribute("data-pwned","1")</script>'

@@ -109,13 +109,21 @@ function poolItem(id) {
     h('pre', null, it.text)));
 }
 
+function judgeLabel(a) {
+  // reward.attribution's GOOD/BAD label of the step (info.attribution = {label, rationale, source, ...})
+  if (!a || typeof a !== 'object' || typeof a.label !== 'string') return null;
+  const good = a.label.toUpperCase() === 'GOOD';
+  return h('span', {title: typeof a.rationale === 'string' ? a.rationale : ''},
+    badge(`step label${typeof a.source === 'string' ? ' (' + a.source + ')' : ''}`, a.label, good ? 'good' : 'bad'));
+}
+
 function turnCard(t, u, k, prompt, mode, top, compact, openPrompt) {
   const adv = t.advantages[k];
   const value = t.values[k];
   const heads = [badge('reward', fmt(u.reward)), badge('advantage', signed(adv)),
     badge('uncertainty', fmt(u.uncertainty)), value !== undefined ? badge('value', fmt(value)) : null,
     u.valid ? badge('valid', 'yes', 'good') : badge('valid', 'no', 'bad'), u.done ? badge('done', '') : null,
-    u.state_key ? badge('state', u.state_key) : null];
+    u.state_key ? badge('state', u.state_key) : null, judgeLabel(u.info.attribution)];
   return h('section', {class: 'turn' + (u.valid ? '' : ' invalid'), data: {turn: k}},
     h('h3', null, `Turn ${k + 1}`), h('div', {class: 'facts'}, heads),
     compact ? null : details('prompt as the model saw it' + (prompt === null ? ' (not recorded)' : ''),
