@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: setup run test bench clean
+.PHONY: setup browser run test bench clean
 
 setup: $(VENV)/.installed
 
@@ -21,8 +21,15 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/selfevolve train train.resume=true $(ARGS)
 
-test: setup
+test: setup browser
 	$(VENV)/bin/pytest -q $(ARGS)
+
+# Headless Chromium for the viewer's browser tests (tests/test_viewer.py): Debian's package, installed only when
+# missing (as root, else through sudo).
+SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 bench: setup
 	$(PY) benchmarks/bench_rollout.py

@@ -1,4 +1,4 @@
-"""The ``selfevolve`` command: ``train``, ``eval`` and ``explore``.
+"""The ``selfevolve`` command: ``train``, ``eval``, ``explore`` and ``view``.
 
 Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
 status 2 — no traceback.
@@ -149,6 +149,63 @@ def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VAL
 
     _, report = _with_config(args, run)
     out.print(f"kept {report['kept']} tasks in {report['tasks_file']} · removed {report['removed']}")
+
+
+VIEW_HELP = """Write a run folder's trajectories as one self-contained HTML page (no network needed to open it): metric
+curves, steps with their groups side by side, every turn with its prompt, reply tokens (coloured by log-prob,
+entropy or advantage), rewards and credit, search trees, filters, text search and chat JSONL export
+(docs/viewer.md). --serve serves the same page from a local server that sends each step on demand (large runs)."""
+
+
+@app.command(
+    help=VIEW_HELP,
+    short_help="View a run's trajectories in the browser (one HTML file, or --serve).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def view(
+    run_dir: Path = typer.Argument(..., metavar="RUN"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN/view.html)."),
+    serve: bool = typer.Option(False, "--serve", help="Serve the viewer over HTTP instead of writing a file."),
+    host: str = typer.Option("127.0.0.1", help="--serve: address to listen on."),
+    port: int = typer.Option(8000, help="--serve: port (0: any free port)."),
+) -> None:
+    from selfevolve.errors import SelfEvolveError
+    from selfevolve.view.load import load_run
+
+    try:
+        run = load_run(run_dir)
+    except SelfEvolveError as e:
+        _fail(str(e))
+    skipped = "".join(f" · {n} bad line(s) in {name} skipped" for name, n in run.summary["skipped"].items())
+    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{skipped}"
+    if serve:
+        from selfevolve.view.serve import make_server
+
+        try:
+            server = make_server(run, host, port)
+        except OSError as e:
+            _fail(f"cannot listen on {host}:{port} ({e.strerror or e})")
+        h, p = server.server_address[:2]
+        out.print(f"serving {shown} at http://{h}:{p}/ (Ctrl-C stops)", highlight=False, soft_wrap=True)
+        out.file.flush()  # the address must show at once, also when stdout is a pipe
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return
+    from selfevolve.view.page import write_html
+
+    target = out_file or run_dir / "view.html"
+    try:
+        size = write_html(run, target)
+    except OSError as e:
+        _fail(f"cannot write {target} ({e.strerror or e})")
+    out.print(f"wrote {target} ({size / 1e6:.1f} MB): {shown}", highlight=False, soft_wrap=True)
+    if size > 50e6:  # the browser parses the whole file before the page shows (docs/viewer.md, large runs)
+        out.print("a page this large takes seconds to open; `selfevolve view RUN --serve` sends each step on demand",
+                  highlight=False, soft_wrap=True)
 
 
 def main() -> None:
