@@ -33,6 +33,13 @@ class RolloutStats:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
+def task_flags(env, first: str) -> dict[str, str]:
+    """What a judge (or a reader) needs to know of an episode's task: the request as the model first saw it, and
+    the world's reference solution where it has one."""
+    reference = env.reference_text() if callable(getattr(env, "reference_text", None)) else ""
+    return {"query": first, **({"reference": reference} if reference else {})}
+
+
 def rollout(
     policy,
     envs: list[TextEnv],
@@ -58,11 +65,8 @@ def rollout(
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
-    for t, env, first in zip(trajs, envs, firsts):  # what a judge (or a reader) needs to know of the task
-        t.flags["query"] = first
-        reference = env.reference_text() if callable(getattr(env, "reference_text", None)) else ""
-        if reference:
-            t.flags["reference"] = reference
+    for t, env, first in zip(trajs, envs, firsts):
+        t.flags.update(task_flags(env, first))
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
                 for task, first, g in zip(tasks, firsts, guidance)]

@@ -37,7 +37,7 @@ from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
 from selfevolve.models.generation import KVState
-from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout
+from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout, task_flags
 from selfevolve.types import Step, Task, Trajectory
 
 SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
@@ -190,8 +190,11 @@ class _Searcher:
 
     def roots(self) -> list[Node]:
         out = []
+        self.task_flags = []  # per search: the request and reference, for the kept trajectories' flags
         for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
-            ctx = EpisodeContext(self.builder, task.instruction, env.reset(task.seed))
+            first = env.reset(task.seed)
+            self.task_flags.append(task_flags(env, first))
+            ctx = EpisodeContext(self.builder, task.instruction, first)
             out.append(self.new_node(None, s, env, ctx, [], turn=0))
         return out
 
@@ -393,7 +396,8 @@ def search_rollouts(
         chosen = nodes[: spec.kept_per_search()]
         for n in chosen:
             kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success,
-                                   flags={"search": {"strategy": spec.name, "tree": s, "node": n.id,
+                                   flags={**searcher.task_flags[s],
+                                          "search": {"strategy": spec.name, "tree": s, "node": n.id,
                                                      "score": round(n.score, 5)}}))
             for i in _path_ids(searcher.tree[s], n.id):
                 searcher.records[i]["kept"] = True
