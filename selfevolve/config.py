@@ -30,6 +30,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     AlgoConfig,
     SelaurConfig,
     RewardConfig,
+    AttributionConfig,
     FilterConfig,
     RolloutConfig,
     SearchConfig,
@@ -51,6 +52,7 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -90,6 +92,13 @@ class Config(_Section):
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")
+        return self
+
+    @model_validator(mode="after")
+    def _check_attribution(self):
+        if self.reward.attribution != "none" and self.algo.name not in ("grpo", "rloo"):
+            raise ValueError(f"reward.attribution={self.reward.attribution} fuses step labels with an episode-level "
+                             f"advantage: it works with algo.name grpo or rloo, not {self.algo.name}")
         return self
 
     @model_validator(mode="after")

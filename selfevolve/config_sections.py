@@ -185,6 +185,25 @@ class RewardConfig(_Section):
     judge_llm: str = Field("policy", description="Model of the judge calls: policy, base or a local model path.")
     judge_retries: int = Field(1, ge=0, description="Retries of a judgement without a readable score.")
     judge_max_new_tokens: int = Field(96, ge=8, description="Reply budget of a judge call.")
+    attribution: Literal["none", "llm", "oracle"] = Field(
+        "none", description="Step-level credit by attribution (AgentEvolver's self-attributing, docs/attribution.md): "
+        "every step labelled GOOD or BAD by an LLM reading the whole trajectory and its outcome (llm) or by the "
+        "environment's ground truth (oracle: frozenlake, sokoban, tool worlds), fused with the outcome advantage "
+        "(algo.name grpo or rloo). Settings in the attribution section.")
+
+
+class AttributionConfig(_Section):
+    """``reward.attribution=llm|oracle``: AgentEvolver's attribution-driven credit (docs/attribution.md)."""
+
+    alpha: float = Field(0.2, ge=0, description="α: weight of the z-scored step labels in the step reward "
+                         "r̂_t = α·r̃_t + 1[t = T]·R̃ (AgentEvolver uses 0.1-0.2).")
+    steps: int | None = Field(None, ge=0, description="Attribute the first N updates (AgentEvolver's prm_steps), "
+                              "then train with the plain estimator; null: every update.")
+    llm: str = Field("policy", description="Model of the judge calls (reward.attribution=llm): policy, base or a "
+                     "local model path; calls go to RUN/llm_calls.jsonl.")
+    tokens_per_step: int = Field(48, ge=8, description="Reply budget of a judgement per step of the trajectory "
+                                 "(two short lines per step).")
+    max_new_tokens: int = Field(512, ge=16, description="Largest reply budget of one judgement.")
 
 
 class FilterConfig(_Section):
@@ -301,6 +320,11 @@ class TrainConfig(_Section):
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
     log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")
+    log_prompts: bool = Field(True, description="With log_trajectories: also record each turn's prompt as text "
+                              "(a prompt that extends the previous turn's is stored as its new tail), for "
+                              "selfevolve view.")
+    log_tokens: bool = Field(True, description="With log_trajectories: also record each reply's tokens as text "
+                             "pieces with their log-prob and entropy (3 decimals), for selfevolve view's token view.")
     progress: bool = Field(True, description="Show a live progress bar.")
 
 

@@ -23,6 +23,7 @@ from selfevolve.experience.intent import parse_intent
 from selfevolve.experience.navigation import parse_insights
 from selfevolve.models.llm import parse_json_list
 from selfevolve.questioning.synthesize import parse_tasks
+from selfevolve.rewards.attribution import MAX_RATIONALE, parse_step_judgments
 from selfevolve.rewards.judge import parse_reward
 from selfevolve.untrusted import clean_text, loads_json
 from selfevolve.worlds.base import answers_match, parse_number
@@ -143,6 +144,10 @@ PARSERS: dict[str, Callable[[str], None]] = {
                                         (isinstance(v, list) and 1 <= len(v) <= 3)),
     "parse_moves(sokoban)": _returns(lambda t: parse_moves(t, BOX_MOVES, 1), lambda v: v is None or len(v) == 1),
     "judge.parse_reward": _returns(parse_reward, lambda v: v is None or (isinstance(v, int) and 0 <= v <= 100)),
+    "attribution.parse_step_judgments": _returns(
+        lambda t: parse_step_judgments(t, 4),
+        lambda v: v[1] in ("numbered", "bare", "none") and len(v[0]) == 4 and all(
+            label in ("GOOD", "BAD", None) and encodable(why) and len(why) <= MAX_RATIONALE for label, why in v[0])),
     "intent.parse_intent": _returns(lambda t: parse_intent(t, _INTENTS), lambda v: v is None or v in _INTENTS),
     "llm.parse_json_list": _optional_list(parse_json_list),
     "navigation.parse_insights": _optional_list(parse_insights),

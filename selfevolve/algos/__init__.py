@@ -7,6 +7,7 @@ from selfevolve.algos.advantages import (
     grpo_advantages,
     rloo_advantages,
 )
+from selfevolve.algos.attribution import attribution_advantages, fuse_step_rewards, group_zscore_steps, suffix_sums
 from selfevolve.algos.filtering import filter_groups, group_spread
 from selfevolve.algos.gae import gae_advantages, whiten
 from selfevolve.algos.gigpo import anchor_ids, discounted_returns, gigpo_advantages
@@ -16,13 +17,16 @@ from selfevolve.algos.selaur import shape_failures, token_uncertainty, trajector
 __all__ = [
     "ADVANTAGES",
     "anchor_ids",
+    "attribution_advantages",
     "compute_advantages",
     "discounted_returns",
     "entropy_from_logits",
     "filter_groups",
+    "fuse_step_rewards",
     "gae_advantages",
     "gigpo_advantages",
     "group_index",
+    "group_zscore_steps",
     "group_spread",
     "grpo_advantages",
     "kl_penalty",
@@ -30,6 +34,7 @@ __all__ = [
     "ppo_clip_loss",
     "rloo_advantages",
     "shape_failures",
+    "suffix_sums",
     "token_uncertainty",
     "trajectory_uncertainty",
     "value_loss",

@@ -7,7 +7,9 @@ tensors and back):
 1. rewards: the environment's step rewards, or SELAUR's failure-aware rewards (``reward.shaping=selaur``);
 2. filter: drop task groups with little reward spread (``filter.keep``, ``filter.drop_zero_std``);
 3. advantages: ``grpo`` / ``rloo`` (episode level, broadcast to every turn), ``gigpo`` (episode + anchor-state
-   step level), ``ppo`` (turn-level GAE on the value head's estimates).
+   step level), ``ppo`` (turn-level GAE on the value head's estimates); with step labels
+   (``reward.attribution``, ``Step.info["attribution"]``), ``grpo`` / ``rloo`` fuse them with the outcome
+   advantage (``algos/attribution.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from selfevolve.algos.advantages import grpo_advantages, rloo_advantages
+from selfevolve.algos.advantages import ADVANTAGES, grpo_advantages, rloo_advantages
+from selfevolve.algos.attribution import attribution_advantages
 from selfevolve.algos.filtering import filter_groups
 from selfevolve.algos.gae import gae_advantages, whiten
 from selfevolve.algos.gigpo import anchor_ids, gigpo_advantages
@@ -39,6 +42,7 @@ class CreditBatch:
     success: Tensor  # [N] bool
     anchor_keys: list[list[str]]
     values: Tensor | None = None  # [N, T]: V(s_t) at rollout time (PPO)
+    step_labels: Tensor | None = None  # [N, T]: +1 GOOD / -1 BAD per step (reward.attribution), else None
 
     def select(self, keep: Tensor) -> "CreditBatch":
         idx = keep.nonzero().flatten().tolist()
@@ -51,6 +55,7 @@ class CreditBatch:
             success=self.success[idx],
             anchor_keys=[self.anchor_keys[i] for i in idx],
             values=None if self.values is None else self.values[idx],
+            step_labels=None if self.step_labels is None else self.step_labels[idx],
         )
 
     def per_step(self, x: Tensor) -> list[list[float]]:
@@ -128,9 +133,22 @@ def credit_batch(trajs: list[Trajectory], cfg, vocab_size: int) -> tuple[CreditB
     mode = cfg.algo.gigpo.anchor
     batch = CreditBatch(
         group_ids=[t.group_id for t in trajs], episode_rewards=episode, step_rewards=step_r, mask=mask,
-        success=success, anchor_keys=[anchor_keys(t, mode) for t in trajs],
+        success=success, anchor_keys=[anchor_keys(t, mode) for t in trajs], step_labels=step_labels(trajs),
     )
     return batch, metrics
+
+
+def step_labels(trajs: list[Trajectory]) -> Tensor | None:
+    """+1 (GOOD) / −1 (BAD) per step from ``Step.info["attribution"]``, padded [N, T]; None when no step of the
+    batch carries a label (attribution off, or past ``attribution.steps``). A batch is labelled whole or not at
+    all."""
+    labelled = [[s.info.get("attribution") for s in t.steps] for t in trajs]
+    flat = [a for row in labelled for a in row]
+    if not any(flat):
+        return None
+    if not all(flat):
+        raise ValueError("some steps of the batch carry an attribution label and some do not")
+    return padded([[1.0 if a["label"] == "GOOD" else -1.0 for a in row] for row in labelled])[0]
 
 
 def select_groups(batch: CreditBatch, filt) -> tuple[Tensor, dict[str, float]]:
@@ -174,8 +192,23 @@ def ppo_steps(batch: CreditBatch, algo):
 ESTIMATORS = {"grpo": grpo_steps, "rloo": rloo_steps, "gigpo": gigpo_steps, "ppo": ppo_steps}
 
 
-def step_advantages(name: str, batch: CreditBatch, algo) -> tuple[Tensor, Tensor | None]:
-    """Dispatch on ``algo.name``; unknown names raise a ConfigError listing the allowed ones."""
+def attributed_steps(name: str, batch: CreditBatch, algo, alpha: float) -> Tensor:
+    """AgentEvolver's attribution-driven credit: the step labels z-scored in their group, fused with the
+    estimator's own outcome advantage R̃ (GRPO's z-score, or RLOO's leave-one-out difference) on the last step,
+    summed from each step to the end (``algos/attribution.py``, eqs. 1–3)."""
+    if name not in ADVANTAGES:
+        raise ValueError(f"attribution fuses step labels with grpo or rloo outcome advantages, not {name}")
+    outcome = ADVANTAGES[name](batch.episode_rewards, batch.group_ids, norm=algo.norm)
+    return attribution_advantages(batch.step_labels, batch.mask, outcome, batch.group_ids, alpha=alpha)
+
+
+def step_advantages(name: str, batch: CreditBatch, algo, attribution=None) -> tuple[Tensor, Tensor | None]:
+    """Dispatch on ``algo.name``; unknown names raise a ConfigError listing the allowed ones. A batch with step
+    labels gets attribution-driven credit (``attribution``: the config section, for α)."""
     if name not in ESTIMATORS:
         raise unknown_name("algo", name, ESTIMATORS)
+    if batch.step_labels is not None:
+        if attribution is None:
+            raise ValueError("a batch with step labels needs the attribution section (for alpha)")
+        return attributed_steps(name, batch, algo, attribution.alpha), None
     return ESTIMATORS[name](batch, algo)

@@ -5,6 +5,8 @@ Features
 - advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
   on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
   (``selfevolve/train/credit.py``);
+- optional step attribution (AgentEvolver's self-attributing): steps judged GOOD/BAD by an LLM or an oracle,
+  fused with the GRPO/RLOO outcome advantage (``selfevolve/rewards/attribution.py``);
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
 - held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
 - checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
@@ -56,6 +58,7 @@ from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention
 from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
+from selfevolve.view.record import returns_minus_values, trajectory_records
 
 def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     if env is not None:
@@ -153,6 +156,11 @@ class Trainer:
 
             self.judge = LLM(cfg.reward.judge_llm, self.policy, log_dir=self.out_dir,
                              max_new_tokens=cfg.reward.judge_max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed)
+        # reward.attribution=llm|oracle: every step labelled GOOD/BAD for the credit (rewards/attribution.py)
+        from selfevolve.rewards.attribution import Attributor
+
+        self.attributor = Attributor.build(cfg, self.policy, make_env(self.env_cls, **self.env_options),
+                                           self.out_dir)
         self.experience = None  # SEER recall / self-navigating (selfevolve/experience/)
         if cfg.experience.enabled:
             from selfevolve.experience.guide import Experience
@@ -242,6 +250,7 @@ class Trainer:
         self.search_metrics: dict[str, float] = {}
         trajs, stats = self.collect()
         judged = self.judge_outcomes(trajs)
+        attributed = self.attribute(trajs)
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
         upd = self.update(rows, trajs) if rows else {}
@@ -255,6 +264,7 @@ class Trainer:
         metrics = {
             **experience,
             **judged,
+            **attributed,
             **rollout_metrics(trajs),
             **credit_metrics,
             **self.search_metrics,
@@ -264,9 +274,11 @@ class Trainer:
             "tokens_per_s": stats.tokens_per_s,
         }
         if cfg.train.log_trajectories:
+            # with the viewer's fields: prompt text, reply tokens and their statistics (selfevolve/view/record.py)
+            records = trajectory_records(trajs, self.step, self.policy, self.builder, cfg)
             with (self.out_dir / "trajectories.jsonl").open("a") as f:
-                for t in trajs:
-                    f.write(json.dumps({"step": self.step, **t.to_dict(with_ids=False)}) + "\n")
+                for rec in records:
+                    f.write(json.dumps(rec) + "\n")
             if self.search_trees:
                 with (self.out_dir / "search_trees.jsonl").open("a") as f:
                     for tree in self.search_trees:
@@ -283,6 +295,13 @@ class Trainer:
         r = self.cfg.reward
         return judge_outcomes(self.judge, trajs, r.source, retries=r.judge_retries)
 
+    def attribute(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """reward.attribution: GOOD/BAD on every step (``Step.info["attribution"]``) during the first
+        ``attribution.steps`` updates; the step counter decides, so a resumed run stops where it would have."""
+        if self.attributor is None or not self.attributor.active(self.step):
+            return {}
+        return self.attributor(trajs, self.step + 1)
+
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps on this batch: PPO-clip over token rows, or Self-AC over shadow episodes."""
         cfg = self.cfg
@@ -292,6 +311,7 @@ class Trainer:
             metrics = self_ac_update(self.policy, self.optimizer, rows, cfg.algo, self.rng)
             for ep in rows:  # the value function comes free: keep it with the episode (viewer, search)
                 trajs[ep.traj_index].flags["values"] = [round(v, 5) for v in ep.values]
+                trajs[ep.traj_index].flags["advantages"] = returns_minus_values(ep.rewards, ep.values, cfg.algo.gamma)
             return metrics
         return {**getattr(self, "nav_metrics", {}),
                 **ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
@@ -338,7 +358,11 @@ class Trainer:
                     per_turn[i][t] = v
             batch.values, _ = padded(per_turn)
             values = per_turn
-        adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo)
+        adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo, cfg.attribution)
+        for t, a in zip(kept, batch.per_step(adv)):  # kept with the episode for the viewer (train.log_trajectories)
+            t.flags["advantages"] = [round(x, 5) for x in a]
+        for t, v in zip(kept, values or []):
+            t.flags["values"] = [round(x, 5) for x in v]
         rows = build_rows(kept, batch.per_step(adv),
                           returns=batch.per_step(returns) if returns is not None else None, values=values)
         return rows, metrics
@@ -432,9 +456,9 @@ def _live(m: dict[str, float], ev: dict[str, float]) -> str:
 
 
 def find_checkpoint_or_none(out_dir: Path):
+    """The run's checkpoint to resume, None when it has none; a checkpoint that cannot be resumed (corrupt, or
+    pickled by an old version) is an error, never a silent fresh start over the old run."""
     try:
         return find_checkpoint(out_dir)
     except NoCheckpoint:
         return None
-    """The run's checkpoint to resume, None when it has none; a checkpoint that cannot be resumed (corrupt, or
-    pickled by an old version) is an error, never a silent fresh start over the old run."""
