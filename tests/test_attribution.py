@@ -133,6 +133,10 @@ def test_config_errors_name_what_is_allowed():
     ("Step 1 Judgment: the step was BAD\nStep 2 Verdict - GOOD", [(BAD, ""), (GOOD, "")], "numbered"),
     # the first label of a step counts; numbers out of range are ignored; a missing step stays None
     ("Step 1 Judgment: GOOD\nStep 1 Judgment: BAD\nStep 7 Judgment: BAD", [(GOOD, ""), (None, "")], "numbered"),
+    # a label written where the analysis belongs counts when the step has no judgment
+    ("Step 1 Analysis: ok\nStep 1 Judgment: GOOD\nStep 2 Analysis: moved\nStep 2 Analysis: BAD.",
+     [(GOOD, "ok"), (BAD, "moved")], "numbered"),
+    ("Step 1 Analysis: GOOD\nStep 1 Judgment: BAD\nStep 2 Analysis: Bad", [(BAD, ""), (BAD, "")], "numbered"),
     # numbered from 0: shifted
     ("Step 0 Judgment: BAD\nStep 1 Judgment: GOOD", [(BAD, ""), (GOOD, "")], "numbered"),
     # a GOOD inside an analysis is not a label

@@ -106,6 +106,7 @@ def attribution_messages(task: str, start: str | None, steps: list[tuple[str, st
 _MARKER = re.compile(r"step ?#?(\d{1,4})\b ?(?:(analysis|reasoning|reason|rationale|judgment|judgement|label|"
                      r"verdict) ?)?[:=.)\-]? ?", re.I)
 _LABEL = re.compile(r"\b(good|bad)\b", re.I)
+_ONLY_LABEL = re.compile(r"(good|bad)[.!]?", re.I)
 _JUDGMENT_KINDS = ("judgment", "judgement", "label", "verdict")
 
 
@@ -122,7 +123,9 @@ def parse_step_judgments(text: str, n: int) -> tuple[list[tuple[str | None, str]
     1. numbered: ``Step i Judgment: GOOD`` (also ``Judgement``/``Label``/``Verdict``; the label anywhere in the
        text up to the next step marker) or ``Step i: BAD`` (the label right after the marker); the first label
        given for a step counts, step numbers outside 1..n are ignored, and a reply numbered from 0 (``Step 0``
-       labelled, ``Step n`` not) is shifted by one;
+       labelled, ``Step n`` not) is shifted by one; a step with no such label but an analysis that is nothing
+       but a label (``Step 5 Analysis: BAD``: SmolLM2-135M writes that once it is past the worked example's
+       four steps) takes that label;
     2. bare, only when no step has a numbered label: the reply's GOOD/BAD words outside the analyses, in order,
        if there are at least n of them (AgentEvolver's fallback, which also counts the words of analyses; fewer
        cannot be aligned with the steps).
@@ -137,6 +140,7 @@ def parse_step_judgments(text: str, n: int) -> tuple[list[tuple[str | None, str]
     norm = _normalise(clean_text(text))
     marks = list(_MARKER.finditer(norm))
     labels: dict[int, str] = {}
+    lone: dict[int, str] = {}  # "Step i Analysis: BAD": a label written where the analysis belongs
     reasons: dict[int, str] = {}
     outside: list[str] = []  # the text that is not an analysis (where bare labels may stand)
     pos = 0
@@ -152,11 +156,14 @@ def parse_step_judgments(text: str, n: int) -> tuple[list[tuple[str | None, str]
                 labels.setdefault(step, found.group(1).upper())
         elif not kind and first:
             labels.setdefault(step, first.group(1).upper())
+        elif _ONLY_LABEL.fullmatch(segment):
+            lone.setdefault(step, segment[:4].strip(".!").upper())
         elif segment:
             reasons.setdefault(step, segment[:MAX_RATIONALE])
             outside.append(norm[pos:m.start()])
             pos = end
     outside.append(norm[pos:])
+    labels = {**lone, **labels}
     if 0 in labels and n not in labels:  # numbered from 0
         labels = {k + 1: v for k, v in labels.items()}
         reasons = {k + 1: v for k, v in reasons.items()}
