@@ -4,10 +4,12 @@ attribution do to learning — GRPO vs GRPO + LLM attribution vs GRPO + oracle a
 Two parts, sharing one behaviour-cloning warm start per environment and seed (``{env}-s{seed}-warm``, as in
 ``bench_credit.py``):
 
-``judge``: one sampled RL batch of the warm-started policy (``train.steps=1``: its ``trajectories.jsonl``, 4 tasks x
-8 rollouts by default) is judged by ``--judge`` (default ``smollm2-135m``, no adapter) with the attribution prompt
-of ``selfevolve/rewards/attribution.py`` — the same ``Attributor`` the trainer runs — and labelled by the
-environment's oracle. Per environment: step accuracy, balanced accuracy, GOOD/BAD recall, earliest-error accuracy
+``judge``: one batch of training rollouts (``Trainer.collect()``: 4 tasks x 8 sampled rollouts by default, the
+batch an RL update would see) of the warm-started policy — of the untrained one for the environments not in
+``--warm-envs``: a behaviour-cloning step on the tool worlds' long prompts took about 30 minutes on this CPU — is
+judged by ``--judge`` (default ``smollm2-135m``, no adapter) with the attribution prompt of
+``selfevolve/rewards/attribution.py`` (the same ``Attributor`` the trainer runs) and labelled by the
+environment's oracle. The batch is kept in ``{env}-s{seed}-sample.jsonl`` and reused by later runs. Per environment: step accuracy, balanced accuracy, GOOD/BAD recall, earliest-error accuracy
 on failed trajectories, labels defaulted, seconds per trajectory — and the same figures for the outcome rule
 (every step labelled with the episode's outcome: the judge's own default, a baseline any judge must beat). Writes ``judged-{env}.jsonl`` (every step with
 its action, result, the judge's label and rationale, the oracle's label and both advantages: plain GRPO and
@@ -17,7 +19,8 @@ GRPO + attribution) and ``judge-{env}/llm_calls.jsonl`` (the raw replies).
 greedy eval success on held-out tasks at the end, the training rollouts' success, and the judge's cost per
 update (seconds and calls) beside it.
 
-    python benchmarks/bench_attribution.py judge --envs frozenlake sokoban shop tables
+    python benchmarks/bench_attribution.py judge --envs frozenlake sokoban
+    python benchmarks/bench_attribution.py judge --envs shop tables --tasks-per-step 2    # untrained policy
     python benchmarks/bench_attribution.py learn --envs frozenlake shop --seeds 0 1 2 --steps 20
     python benchmarks/bench_attribution.py learn --envs frozenlake --seeds 0 --steps 4 --episodes 32   # what fits
 
@@ -96,23 +99,35 @@ def judge(args) -> None:
     from selfevolve.rewards.attribution import GOOD, Attributor, agreement
     from selfevolve.train.credit import credit_batch, step_advantages
 
-    seed = args.seeds[0]
-    run_jobs([warm_job(args, env, seed) for env in args.envs], args)
-    samples = [(f"{env}-s{seed}-sample",
-                [*common_overrides(args, env), f"seed={seed}", f"model.init_from={args.out / f'{env}-s{seed}-warm'}",
-                 "train.warm_start_steps=0", "eval.at_start=false", "train.steps=1", "eval.episodes=1",
-                 f"train.tasks_per_step={args.tasks_per_step}", f"algo.group_size={args.group_size}"],
-                args.out / f"{env}-s{seed}-sample", 1) for env in args.envs]
-    run_jobs(samples, args)
+    from selfevolve import Trainer
 
+    seed = args.seeds[0]
+    warm = [env for env in args.envs if env in args.warm_envs]
+    run_jobs([warm_job(args, env, seed) for env in warm], args)
     torch.set_num_threads(args.threads)
+    for env in args.envs:  # one batch of training rollouts per environment, kept for later runs
+        sample = args.out / f"{env}-s{seed}-sample.jsonl"
+        if sample.is_file():
+            continue
+        t0 = time.perf_counter()
+        trainer = Trainer(load_config(overrides=[
+            *common_overrides(args, env), f"seed={seed}", f"train.tasks_per_step={args.tasks_per_step}",
+            f"algo.group_size={args.group_size}", f"train.out_dir={args.out / f'{env}-s{seed}-sample'}",
+            "train.overwrite=true", "train.progress=false",
+            *([f"model.init_from={args.out / f'{env}-s{seed}-warm'}"] if env in warm else [])]))
+        trajs, _ = trainer.collect()
+        sample.write_text("".join(json.dumps({"step": 1, **t.to_dict(with_ids=False)}) + "\n" for t in trajs))
+        print(f"[{time.strftime('%H:%M:%S')}] {env}: {len(trajs)} rollouts in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        del trainer
+
     llm = LLM(args.judge, log_dir=None, max_new_tokens=512, batch_size=args.judge_batch)
     results = {}
     for env in args.envs:
-        run = args.out / f"{env}-s{seed}-sample"
-        cfg = load_config(run / "config.yaml", ["reward.attribution=llm", f"attribution.alpha={args.alpha}",
-                                                f"attribution.tokens_per_step={args.tokens_per_step}"])
-        trajs = load_trajectories(run / "trajectories.jsonl", step=1)[: args.trajectories]
+        cfg = load_config(overrides=[*common_overrides(args, env), "reward.attribution=llm",
+                                     f"attribution.alpha={args.alpha}",
+                                     f"attribution.tokens_per_step={args.tokens_per_step}"])
+        trajs = load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
         log_dir = args.out / f"judge-{env}"
         log_dir.mkdir(exist_ok=True)
         (log_dir / "llm_calls.jsonl").unlink(missing_ok=True)
@@ -222,6 +237,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64, help="held-out eval episodes (after the warm start and "
                     "at the end of each method run)")
     ap.add_argument("--warm-steps", type=int, default=10, help="behaviour-cloning steps of the shared warm start")
+    ap.add_argument("--warm-envs", nargs="*", default=["frozenlake", "sokoban"],
+                    help="judge: environments whose rollouts come from the warm-started policy (others: untrained)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--judge", default="smollm2-135m", help="judge: the model that judges (no adapter)")
     ap.add_argument("--judge-batch", type=int, default=8, help="judge: conversations per generation batch")
