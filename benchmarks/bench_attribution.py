@@ -96,7 +96,8 @@ def judge(args) -> None:
     from selfevolve.config import load_config
     from selfevolve.envs import make_env
     from selfevolve.models.llm import LLM
-    from selfevolve.rewards.attribution import GOOD, Attributor, agreement
+    from selfevolve.rewards.attribution import Attributor
+    from selfevolve.rewards.oracle import GOOD, agreement
     from selfevolve.train.credit import credit_batch, step_advantages
 
     from selfevolve import Trainer

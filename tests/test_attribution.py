@@ -18,10 +18,9 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import FrozenLakeEnv
 from selfevolve.envs.sokoban import SokobanEnv, solve
 from selfevolve.errors import ConfigError
-from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYSTEM, BAD, GOOD, Attributor,
-                                            JudgeItem, Oracle, OracleMismatch, agreement, attribution_messages,
-                                            first_bad, judge_item, judge_steps, lake_distances,
-                                            parse_step_judgments)
+from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYSTEM, Attributor, JudgeItem,
+                                            attribution_messages, judge_item, judge_steps, parse_step_judgments)
+from selfevolve.rewards.oracle import BAD, GOOD, Oracle, OracleMismatch, agreement, first_bad, lake_distances
 from selfevolve.train.credit import credit_batch, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 from selfevolve.worlds.shop import ShopEnv
