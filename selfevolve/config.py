@@ -36,11 +36,15 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     SearchConfig,
     ExperienceConfig,
     QuestioningConfig,
+    LlmApiConfig,
     TrainConfig,
     EvalConfig,
 )
 from selfevolve.errors import ConfigError
 
+
+# every key naming the model of LLM calls beyond the policy (policy, base, a path or openai:MODEL)
+LLM_KEYS = ("reward.judge_llm", "attribution.llm", "experience.llm", "questioning.llm")
 
 _EXP_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
@@ -58,6 +62,7 @@ class Config(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     experience: ExperienceConfig = Field(default_factory=ExperienceConfig)
     questioning: QuestioningConfig = Field(default_factory=QuestioningConfig)
+    llm_api: LlmApiConfig = Field(default_factory=LlmApiConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
@@ -92,6 +97,18 @@ class Config(_Section):
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")
+        return self
+
+    @model_validator(mode="after")
+    def _check_llm_backends(self):
+        # an openai:MODEL backend fails at config time, not after an hour of training, when it cannot work
+        for key in LLM_KEYS:
+            section, field = key.split(".")
+            backend = getattr(getattr(self, section), field)
+            if backend.startswith("openai:") and not backend[len("openai:"):].strip():
+                raise ValueError(f"{key}={backend!r}: name the served model, e.g. openai:my-run")
+            if backend.startswith("openai:") and not self.llm_api.base_url:
+                raise ValueError(f"{key}={backend!r} needs llm_api.base_url (e.g. http://127.0.0.1:8000/v1)")
         return self
 
     @model_validator(mode="after")

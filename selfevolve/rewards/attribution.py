@@ -251,7 +251,7 @@ class Attributor:
             from selfevolve.models.llm import LLM
 
             llm = LLM(cfg.attribution.llm, policy, log_dir=out_dir, max_new_tokens=cfg.attribution.max_new_tokens,
-                      dtype=cfg.model.dtype, seed=cfg.seed)
+                      dtype=cfg.model.dtype, seed=cfg.seed, api=cfg.llm_api)
         return cls(mode, cfg.attribution, env, llm)
 
     def active(self, updates_done: int) -> bool:

@@ -155,7 +155,8 @@ class Trainer:
             from selfevolve.models.llm import LLM
 
             self.judge = LLM(cfg.reward.judge_llm, self.policy, log_dir=self.out_dir,
-                             max_new_tokens=cfg.reward.judge_max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed)
+                             max_new_tokens=cfg.reward.judge_max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
+                             api=cfg.llm_api)
         # reward.attribution=llm|oracle: every step labelled GOOD/BAD for the credit (rewards/attribution.py)
         from selfevolve.rewards.attribution import Attributor
 
