@@ -1,4 +1,4 @@
-"""The ``selfevolve`` command: ``train``, ``eval``, ``explore`` and ``view``.
+"""The ``selfevolve`` command: ``train``, ``eval``, ``explore``, ``view``, ``serve`` and ``export``.
 
 Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
 status 2 — no traceback.
@@ -206,6 +206,87 @@ def view(
     if size > 50e6:  # the browser parses the whole file before the page shows (docs/viewer.md, large runs)
         out.print("a page this large takes seconds to open; `selfevolve view RUN --serve` sends each step on demand",
                   highlight=False, soft_wrap=True)
+
+
+SERVE_HELP = """Serve a run folder (its latest checkpoint) or a checkpoint folder over an OpenAI-compatible HTTP API:
+GET /v1/models, POST /v1/chat/completions and /v1/completions (token ids in every choice's token_ids, log-probs
+with logprobs), concurrent requests batched into one generation. See docs/serving.md."""
+
+
+@app.command(
+    help=SERVE_HELP,
+    short_help="Serve a run over an OpenAI-compatible HTTP API (chat, completions, token ids).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def serve(
+    run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface; see docs/security.md)."),
+    port: int = typer.Option(8000, help="Port (0: any free port)."),
+    model_name: Optional[str] = typer.Option(None, help="Model id clients send (default: the run folder's name)."),
+    max_tokens: int = typer.Option(512, min=1, help="Largest reply budget a request may ask for."),
+    max_prompt_tokens: int = typer.Option(4096, min=1, help="Longest prompt accepted, in tokens."),
+    max_batch: int = typer.Option(16, min=1, help="Rows (prompts x n) generated together at most."),
+    batch_window_ms: float = typer.Option(10.0, min=0, help="How long the first request waits for others to batch with."),
+    request_timeout: float = typer.Option(300.0, min=1, help="Seconds before a request without a reply gets a 504."),
+) -> None:
+    from selfevolve.errors import SelfEvolveError
+
+    _quiet_libraries()
+    try:
+        from selfevolve.serve.app import Server, ServeOptions, bind, create_app, load_served_run, limits_for
+
+        policy, _, step = load_served_run(run_dir)
+    except SelfEvolveError as e:
+        _fail(str(e))
+    name = model_name or run_dir.resolve().name
+    opts = ServeOptions(limits=limits_for(policy, max_tokens, max_prompt_tokens), max_batch=max_batch,
+                        window=batch_window_ms / 1000, request_timeout=request_timeout)
+    try:
+        sock = bind(host, port)
+    except OSError as e:
+        _fail(f"cannot listen on {host}:{port} ({e.strerror or e})")
+    server = Server(create_app(policy, name, opts), sock)
+    out.print(f"serving {run_dir} (checkpoint step {step}) as model {name!r} at {server.url}/v1 (Ctrl-C stops)",
+              highlight=False, soft_wrap=True)
+    out.file.flush()  # the address must show at once, also when stdout is a pipe
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+
+
+EXPORT_HELP = """Merge a run's LoRA adapter into its base model and write a standalone Hugging Face model folder
+(safetensors weights, config, tokenizer), loadable with AutoModelForCausalLM.from_pretrained(DIR) — no
+selfevolve or peft needed. The folder is reloaded and its logits compared with the adapter model's before the
+command reports success."""
+
+
+@app.command(
+    help=EXPORT_HELP,
+    short_help="Export a run as a standalone Hugging Face model folder (adapter merged, logits checked).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def export(
+    run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
+    out_dir: Path = typer.Option(..., "--out", help="Folder to write (must not exist, or be empty)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out folder."),
+) -> None:
+    from selfevolve.errors import SelfEvolveError
+
+    _quiet_libraries()
+    try:
+        from selfevolve.export import export_run
+
+        report = export_run(run_dir, out_dir, overwrite=overwrite)
+    except SelfEvolveError as e:
+        _fail(str(e))
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(exit_code(stop))
+    out.print(f"exported {run_dir} (checkpoint step {report['checkpoint_step']}) to {out_dir}: max |logit "
+              f"difference| {report['max_abs_logit_diff']:.2e} over {report['positions']} positions",
+              highlight=False, soft_wrap=True)
 
 
 def main() -> None:

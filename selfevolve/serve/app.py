@@ -202,6 +202,12 @@ class Server:
         self.sock.close()
 
 
+def limits_for(policy, max_tokens: int = 512, max_prompt_tokens: int = 4096) -> Limits:
+    """The server's bounds for ``policy``: prompt + reply must fit the model's positions."""
+    context = getattr(policy.model.config, "max_position_embeddings", None) or max_prompt_tokens + max_tokens
+    return Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, context=int(context))
+
+
 def load_served_run(run_dir: str | Path):
     """``(policy, config, checkpoint step)`` of a run or checkpoint folder, as ``selfevolve eval`` loads it."""
     from selfevolve.train.run import load_run

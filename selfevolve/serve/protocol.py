@@ -85,7 +85,7 @@ class ChatRequest(_Body):
 
 class CompletionRequest(_Body):
     # StrictInt: a list of numbers is token ids, never floats rounded into ids
-    prompt: str | list[StrictInt] | list[str] | list[list[StrictInt]]
+    prompt: str | list[StrictInt] | list[str | list[StrictInt]]  # one text, one id list, or a list of either
     max_tokens: int | None = Field(16, ge=1)  # the OpenAI default for completions
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False

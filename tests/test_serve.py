@@ -1,0 +1,289 @@
+"""``selfevolve serve``: a real uvicorn server on a free localhost port, called with the real openai client.
+
+Greedy replies must carry exactly the ids (and log-probs) ``Policy.generate`` gives for the same prompt, also
+when concurrent requests are batched together; bad bodies get a 4xx that names the field, never a 500; and the
+``openai:MODEL`` LLM backend is tested against the server, including how it fails when nobody answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from openai import BadRequestError, NotFoundError, OpenAI
+
+from conftest import cli_env, invoke, assert_user_error
+from served_run import make_run
+from selfevolve.agent.prompt import render_chat
+from selfevolve.config import load_config
+from selfevolve.config_sections import LlmApiConfig
+from selfevolve.errors import ConfigError
+from selfevolve.models.llm import LLM
+from selfevolve.models.openai_backend import LLMBackendError
+from selfevolve.serve.app import Server, ServeOptions, bind, create_app, limits_for, load_served_run
+from selfevolve.serve.protocol import Limits
+from selfevolve.train.run import load_run
+
+NAME = "tiny-run"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``(url, reference policy, server)``: the run served, and the same run loaded again for the expected ids."""
+    root, _ = make_run(tmp_path_factory.mktemp("serve") / "run")
+    policy, _, _ = load_served_run(root)
+    opts = ServeOptions(limits=limits_for(policy, max_tokens=64, max_prompt_tokens=512), window=0.05)
+    server = Server(create_app(policy, NAME, opts), bind("127.0.0.1", 0)).start()
+    _, reference, _ = load_run(root)
+    reference.temperature = 1.0  # greedy log-probs are reported at temperature 1
+    yield server.url, reference, server
+    server.stop()
+
+
+def client(url: str) -> OpenAI:
+    return OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def greedy(policy, prompt: list[int], budget: int):
+    gen = policy.generate([prompt], greedy=True, max_new_tokens=budget)
+    return gen.ids[0], gen.logprobs[0]
+
+
+def test_models_lists_the_served_run(served):
+    url, _, _ = served
+    assert [m.id for m in client(url).models.list().data] == [NAME]
+
+
+def test_chat_reply_has_exactly_the_policys_greedy_ids_and_logprobs(served):
+    url, ref, _ = served
+    messages = [{"role": "system", "content": "You move on a frozen lake."}, {"role": "user", "content": "Go."}]
+    reply = client(url).chat.completions.create(model=NAME, messages=messages, max_tokens=12, temperature=0,
+                                                logprobs=True)
+    prompt = render_chat(ref.tokenizer, messages)
+    ids, logprobs = greedy(ref, prompt, 12)
+    choice = reply.choices[0]
+    assert reply.prompt_token_ids == prompt
+    assert choice.token_ids == ids
+    assert [t.logprob for t in choice.logprobs.content] == pytest.approx(logprobs, abs=1e-5)
+    assert [t.token for t in choice.logprobs.content] == [ref.tokenizer.decode([i]) for i in ids]
+    assert choice.message.content == ref.decode(ids)
+    assert choice.finish_reason == ("stop" if ids[-1] in ref.stop_ids else "length")
+    assert reply.usage.prompt_tokens == len(prompt) and reply.usage.completion_tokens == len(ids)
+
+
+def test_completions_take_token_ids_and_texts(served):
+    url, ref, _ = served
+    text = "The lake is frozen and"
+    reply = client(url).completions.create(model=NAME, prompt=[[1, 520, 9531, 198], text], max_tokens=6,
+                                           temperature=0, n=2, logprobs=0)
+    text_ids = ref.tokenizer.encode(text, add_special_tokens=False)
+    assert reply.prompt_token_ids == [[1, 520, 9531, 198], text_ids]
+    assert len(reply.choices) == 4 and [c.index for c in reply.choices] == [0, 1, 2, 3]
+    for k, prompt in enumerate([[1, 520, 9531, 198], text_ids]):
+        ids, logprobs = greedy(ref, prompt, 6)
+        for c in reply.choices[2 * k:2 * k + 2]:  # n=2 greedy choices: both the greedy reply
+            assert c.token_ids == ids and c.text == ref.decode(ids)
+            # batched with the other prompt (left padding): the same ids, log-probs equal to float rounding
+            assert c.logprobs.token_logprobs == pytest.approx(logprobs, abs=2e-4)
+
+
+def test_concurrent_requests_are_batched_and_keep_exact_ids(served):
+    url, ref, server = served
+    prompts = [[{"role": "user", "content": f"Request {k}: go {'left ' * k}now."}] for k in range(8)]
+    expected = [greedy(ref, render_chat(ref.tokenizer, m), 10)[0] for m in prompts]
+    batcher = server.server.config.app.state.batcher
+    before = batcher.batches
+    api = client(url)
+
+    def ask(messages):
+        return api.chat.completions.create(model=NAME, messages=messages, max_tokens=10, temperature=0)
+
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(ask, prompts))
+    assert [r.choices[0].token_ids for r in replies] == expected
+    assert batcher.batches - before < 8  # some requests shared a generate call
+
+
+def test_seeded_sampling_is_reproducible_and_sampled_logprobs_use_the_temperature(served):
+    url, ref, _ = served
+    api = client(url)
+    ask = dict(model=NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0.7, seed=5,
+               n=3, logprobs=True)
+    a, b = api.chat.completions.create(**ask), api.chat.completions.create(**ask)
+    assert [c.token_ids for c in a.choices] == [c.token_ids for c in b.choices]
+    # the reported log-prob of a sampled token is that of the sampling distribution (logits / 0.7)
+    import torch
+
+    prompt = a.prompt_token_ids
+    first = a.choices[0].token_ids[0]
+    with torch.no_grad():
+        logits = ref.model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+    expected = torch.log_softmax(logits / 0.7, -1)[first].item()
+    assert a.choices[0].logprobs.content[0].logprob == pytest.approx(expected, abs=1e-4)
+
+
+def _post(url: str, path: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url + path, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+CHAT = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.mark.parametrize("path,body,status,needle", [
+    ("/v1/chat/completions", b"{not json", 400, "not valid JSON"),
+    ("/v1/chat/completions", b"[1, 2]", 400, "JSON object"),
+    ("/v1/chat/completions", b"[" * 100_000, 400, "not valid JSON"),  # nesting bounded, no RecursionError
+    ("/v1/chat/completions", {**CHAT, "n": 100}, 400, "n:"),
+    ("/v1/chat/completions", {**CHAT, "max_tokens": 10_000}, 400, "max_tokens=10000 is above"),
+    ("/v1/chat/completions", {**CHAT, "max_tokens": -1}, 400, "max_tokens"),
+    ("/v1/chat/completions", {**CHAT, "stream": True}, 400, "stream"),
+    ("/v1/chat/completions", {**CHAT, "stop": ["\n"]}, 400, "stop"),
+    ("/v1/chat/completions", {**CHAT, "top_p": 0.5}, 400, "top_p"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("/v1/chat/completions", {**CHAT, "messages": []}, 400, "messages"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+     "only text parts"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "word " * 2000}]}, 400,
+     "at most 512"),
+    ("/v1/chat/completions", {**CHAT, "model": "gpt-4"}, 404, "not served here; available: tiny-run"),
+    ("/v1/chat/completions", {**CHAT, "temperature": 9}, 400, "temperature"),
+    ("/v1/completions", {"model": NAME, "prompt": [[1, 2, -4]]}, 400, "outside the vocabulary"),
+    ("/v1/completions", {"model": NAME, "prompt": [1.5, 2]}, 400, "prompt"),
+    ("/v1/completions", {"model": NAME, "prompt": ""}, 400, "empty"),
+    ("/v1/completions", {"model": NAME, "prompt": ["a"] * 17}, 400, "at most 16"),
+    ("/v1/completions", {"model": NAME, "prompt": "a", "echo": True}, 400, "echo"),
+    ("/v1/completions", {"model": NAME, "prompt": "a", "n": 8, "max_tokens": 2} | {"prompt": ["a"] * 5}, 400,
+     "at most 32"),
+])
+def test_bad_requests_get_a_4xx_that_names_the_problem(served, path, body, status, needle):
+    url, _, _ = served
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    code, answer = _post(url, path, raw)
+    assert code == status, answer
+    assert needle in answer["error"]["message"], answer
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(served):
+    url, _, _ = served
+    code, answer = _post(url, "/v1/chat/completions", b" " * 1_000_001)
+    assert code == 413 and "at most 1,000,000" in answer["error"]["message"]
+
+
+class _SlowPolicy:
+    """A policy whose generation never finishes in time (for the request timeout)."""
+
+    def __init__(self, policy):
+        self.inner = policy
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, *args, **kwargs):
+        time.sleep(1.5)
+        return self.inner.generate(*args, **kwargs)
+
+
+def test_a_request_without_a_reply_in_time_gets_a_504(served):
+    _, ref, _ = served
+    opts = ServeOptions(limits=Limits(context=2048), request_timeout=0.3)
+    server = Server(create_app(_SlowPolicy(ref), NAME, opts), bind("127.0.0.1", 0)).start()
+    try:
+        code, answer = _post(server.url, "/v1/chat/completions", json.dumps(CHAT).encode())
+    finally:
+        server.stop()
+    assert code == 504 and "no reply within 0.3 s" in answer["error"]["message"]
+
+
+# ---- the openai:MODEL backend ---------------------------------------------------------------------------
+def test_openai_backend_gets_the_served_greedy_replies(served, tmp_path):
+    url, ref, _ = served
+    llm = LLM(f"openai:{NAME}", None, log_dir=tmp_path, max_new_tokens=8,
+              api=LlmApiConfig(base_url=url + "/v1", retries=0))
+    conversations = [[{"role": "user", "content": f"Judge attempt {k}."}] for k in range(3)]
+    replies = llm.chat(conversations, purpose="judge")
+    assert replies == [ref.decode(greedy(ref, render_chat(ref.tokenizer, c), 8)[0]) for c in conversations]
+    rows = [json.loads(x) for x in (tmp_path / "llm_calls.jsonl").read_text().splitlines()]
+    assert [r["backend"] for r in rows] == [f"openai:{NAME}"] * 3 and all(r["retries"] == 0 for r in rows)
+    assert llm.retries == 0
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_openai_backend_counts_retries_then_fails_naming_the_url(capsys):
+    base = f"http://127.0.0.1:{_closed_port()}/v1"
+    llm = LLM("openai:judge", None, api=LlmApiConfig(base_url=base, retries=2, backoff=0.01, timeout=2))
+    with pytest.raises(LLMBackendError, match=rf"openai:judge at {re.escape(base)} failed after 3 tries"):
+        llm.chat([[{"role": "user", "content": "x"}]], purpose="judge")
+    assert llm.retries == 2
+    assert capsys.readouterr().err.count("retry") == 2
+
+
+def test_openai_backend_times_out_on_a_server_that_never_answers():
+    with socket.socket() as silent:  # accepts connections (backlog) and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        base = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        llm = LLM("openai:judge", None, api=LlmApiConfig(base_url=base, retries=1, backoff=0, timeout=0.5))
+        start = time.monotonic()
+        with pytest.raises(LLMBackendError, match="failed after 2 tries.*Timeout"):
+            llm.chat([[{"role": "user", "content": "x"}]], purpose="judge")
+        assert time.monotonic() - start < 10 and llm.retries == 1
+
+
+def test_openai_backend_does_not_retry_what_a_retry_cannot_fix(served):
+    url, _, _ = served
+    llm = LLM("openai:no-such-model", None, api=LlmApiConfig(base_url=url + "/v1", retries=3))
+    with pytest.raises(LLMBackendError, match="refused the request.*HTTP 404.*not served here"):
+        llm.chat([[{"role": "user", "content": "x"}]], purpose="judge")
+    assert llm.retries == 0
+
+
+def test_openai_backends_are_checked_with_the_config():
+    for key in ("reward.judge_llm", "attribution.llm", "experience.llm", "questioning.llm"):
+        with pytest.raises(ConfigError, match=rf"{key}='openai:x' needs llm_api.base_url"):
+            load_config(overrides=[f"{key}=openai:x"])
+    with pytest.raises(ConfigError, match="llm_api.base_url must start with http"):
+        load_config(overrides=["llm_api.base_url=localhost:8000"])
+    with pytest.raises(ConfigError, match="unknown config key 'llm_api.key'; allowed here: base_url, api_key_env"):
+        load_config(overrides=["llm_api.key=sk-123"])
+    cfg = load_config(overrides=["reward.judge_llm=openai:x", "llm_api.base_url=http://127.0.0.1:8000/v1"])
+    assert cfg.llm_api.retries == 2 and cfg.llm_api.api_key_env == "OPENAI_API_KEY"
+
+
+# ---- the command --------------------------------------------------------------------------------------------
+def test_serve_command_serves_until_stopped(tmp_path):
+    root, _ = make_run(tmp_path / "myrun")
+    proc = subprocess.Popen([sys.executable, "-m", "selfevolve.cli", "serve", str(root), "--port", "0"],
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"at (http://\S+)/v1", line)
+        assert found and "as model 'myrun'" in line and "checkpoint step 1" in line, (line, proc.stderr.read())
+        assert [m.id for m in client(found.group(1)).models.list().data] == ["myrun"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_command_refuses_a_folder_without_a_checkpoint(tmp_path):
+    code, err, out = invoke("serve", str(tmp_path / "nothing"))
+    assert_user_error(code, err, out, "no such run or checkpoint folder")
