@@ -9,6 +9,7 @@ learnt, only on its being applied).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model tiny
     OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model smollm2-135m --requests 16
+    OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model tiny --batch-window-ms 50
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ def make_run(root: Path, model: str) -> Path:
     return root
 
 
-def start_server(run: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
+def start_server(run: Path, max_batch: int, window_ms: float) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-m", "selfevolve.cli", "serve", str(run), "--port", "0",
-                             "--model-name", "bench", "--max-batch", str(max_batch)],
+                             "--model-name", "bench", "--max-batch", str(max_batch),
+                             "--batch-window-ms", str(window_ms)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     found = re.search(r"at (http://\S+)/v1", line)
@@ -101,13 +103,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--batch-window-ms", type=float, default=10.0, help="selfevolve serve --batch-window-ms")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
     from openai import OpenAI
 
     with tempfile.TemporaryDirectory() as tmp:
         run = args.run or make_run(Path(tmp) / "run", args.model)
-        proc, url = start_server(run, args.max_batch)
+        proc, url = start_server(run, args.max_batch, args.batch_window_ms)
         try:
             client = OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
             measure(client, url, 1, 2, args.max_tokens)  # warm-up
@@ -115,7 +118,8 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
-    print(f"\nmodel {args.model}, {args.requests} requests, max_tokens {args.max_tokens}, greedy, "
+    print(f"\nmodel {args.model}, {args.requests} requests, max_tokens {args.max_tokens}, greedy, batch window "
+          f"{args.batch_window_ms:g} ms, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n")
     print("| concurrency | requests/s | tokens/s | latency p50 | latency p95 | generate calls | mean batch |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -125,7 +129,8 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     one, eight = rows
-    print(f"SUMMARY serve ({args.model}, {args.max_tokens} tokens/request): concurrency 1: "
+    print(f"SUMMARY serve ({args.model}, {args.max_tokens} tokens/request, window {args.batch_window_ms:g} ms): "
+          f"concurrency 1: "
           f"{one['requests_per_s']:.2f} req/s, {one['tokens_per_s']:.0f} tok/s, p50 {one['p50_s'] * 1000:.0f} ms; "
           f"concurrency 8: {eight['requests_per_s']:.2f} req/s, {eight['tokens_per_s']:.0f} tok/s, p50 "
           f"{eight['p50_s'] * 1000:.0f} ms, p95 {eight['p95_s'] * 1000:.0f} ms "
