@@ -237,6 +237,16 @@ def test_openai_backend_gets_the_served_greedy_replies(served, tmp_path):
     assert llm.retries == 0
 
 
+def test_the_judge_runs_on_the_served_model_and_counts_api_retries(served, tmp_path):
+    from selfevolve.rewards.judge import judge
+
+    url, _, _ = served
+    llm = LLM(f"openai:{NAME}", None, log_dir=tmp_path, max_new_tokens=8, api=LlmApiConfig(base_url=url + "/v1"))
+    scores, stats = judge(llm, [("Where is order 7?", "get_order(id=7)", "Action: get_order(id=7)")])
+    assert len(scores) == 1 and 0.0 <= scores[0] <= 1.0
+    assert stats["judge/api_retries"] == 0 and stats["judge/calls"] >= 1
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -115,9 +115,11 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
     """Scores in [0, 1] (band(score)/100) of ``items`` = ``(query, reference, episode_text)``, and counts:
     ``judge/calls`` (conversations sent, retries included), ``judge/malformed`` (items whose first reply was
     unreadable), ``judge/retried`` (retry conversations sent), ``judge/fallback`` (items scored by the rule),
-    ``judge/mean`` and ``judge/achieved`` (share in the achieved band)."""
+    ``judge/mean`` and ``judge/achieved`` (share in the achieved band); with an ``openai:MODEL`` judge also
+    ``judge/api_retries`` (requests retried after a timeout or server error: a flaky server shows in the curves)."""
     if not items:
         return [], {}
+    retries_before = llm.retries if getattr(llm, "remote", None) is not None else None
     convs = [judge_messages(*it) for it in items]
     replies = llm.chat(convs, purpose="judge", max_new_tokens=max_new_tokens)
     raw: list[int | None] = [parse_reward(r) for r in replies]
@@ -135,9 +137,12 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
         calls, retried = calls + len(bad), retried + len(bad)
     fallback = sum(r is None for r in raw)
     scores = [to_band(FALLBACK_SCORE if r is None else r) / 100 for r in raw]
-    return scores, {"judge/calls": calls, "judge/malformed": malformed, "judge/retried": retried,
-                    "judge/fallback": fallback, "judge/mean": sum(scores) / len(scores),
-                    "judge/achieved": sum(map(achieved, scores)) / len(scores)}
+    stats = {"judge/calls": calls, "judge/malformed": malformed, "judge/retried": retried,
+             "judge/fallback": fallback, "judge/mean": sum(scores) / len(scores),
+             "judge/achieved": sum(map(achieved, scores)) / len(scores)}
+    if retries_before is not None:
+        stats["judge/api_retries"] = llm.retries - retries_before
+    return scores, stats
 
 
 def judge_trajectories(llm, trajs, retries: int = 1, max_new_tokens: int | None = None
