@@ -9,7 +9,7 @@ learnt, only on its being applied).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model tiny
     OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model smollm2-135m --requests 16
-    OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model tiny --batch-window-ms 50
+    OMP_NUM_THREADS=1 python benchmarks/bench_serve.py --model tiny --batch-window-ms 10
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-batch", type=int, default=16)
-    ap.add_argument("--batch-window-ms", type=float, default=10.0, help="selfevolve serve --batch-window-ms")
+    ap.add_argument("--batch-window-ms", type=float, default=50.0, help="selfevolve serve --batch-window-ms")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
     from openai import OpenAI

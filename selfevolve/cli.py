@@ -226,7 +226,7 @@ def serve(
     max_tokens: int = typer.Option(512, min=1, help="Largest reply budget a request may ask for."),
     max_prompt_tokens: int = typer.Option(4096, min=1, help="Longest prompt accepted, in tokens."),
     max_batch: int = typer.Option(16, min=1, help="Rows (prompts x n) generated together at most."),
-    batch_window_ms: float = typer.Option(10.0, min=0, help="How long the first request waits for others to batch with."),
+    batch_window_ms: float = typer.Option(50.0, min=0, help="How long the first request waits for others to batch with."),
     request_timeout: float = typer.Option(300.0, min=1, help="Seconds before a request without a reply gets a 504."),
 ) -> None:
     from selfevolve.errors import SelfEvolveError

@@ -58,7 +58,7 @@ def truncate(ids: list[int], logprobs: list[float], budget: int, stop_ids) -> tu
 
 
 class Batcher:
-    def __init__(self, policy, *, max_batch: int = 16, window: float = 0.01, max_pending: int = 256):
+    def __init__(self, policy, *, max_batch: int = 16, window: float = 0.05, max_pending: int = 256):
         self.policy = policy
         self.max_batch, self.window = max_batch, window
         self.queue: queue.Queue[Work] = queue.Queue(maxsize=max_pending)
