@@ -312,3 +312,41 @@ def test_serve_command_serves_until_stopped(tmp_path):
 def test_serve_command_refuses_a_folder_without_a_checkpoint(tmp_path):
     code, err, out = invoke("serve", str(tmp_path / "nothing"))
     assert_user_error(code, err, out, "no such run or checkpoint folder")
+
+
+# ---- fuzz: no body is a server error ------------------------------------------------------------------------
+_FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "seed",
+           "stream", "stop", "logprobs", "top_logprobs", "echo", "suffix", "best_of", "logit_bias", "tools", "user"]
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats(allow_nan=False) | \
+        st.text(max_size=20) | st.sampled_from([NAME, "user", "system", "text", "\ud800"])
+    return st.recursive(leaves, lambda kids: st.lists(kids, max_size=4) |
+                        st.dictionaries(st.sampled_from(["role", "content", "type", "text", "x"]), kids, max_size=3),
+                        max_leaves=12)
+
+
+def test_random_bodies_get_an_answer_or_a_4xx_never_a_5xx(served):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    url, _, _ = served
+    valid = {"/v1/chat/completions": {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+             "/v1/completions": {"model": NAME, "prompt": "hi", "max_tokens": 2}}
+    changes = st.dictionaries(st.sampled_from(_FIELDS), _json_values(), max_size=3)
+    seen = set()
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(sorted(valid)), changes, st.booleans())
+    def check(where, change, from_valid):
+        # from a valid body with a few fields changed (reaches generation), or from nothing (random shapes)
+        data = {**valid[where], **change} if from_valid else change
+        code, answer = _post(url, where, json.dumps(data).encode())  # a lone surrogate travels escaped
+        seen.add(code)
+        assert code == 200 or (400 <= code < 500 and answer["error"]["message"]), (data, code, answer)
+
+    check()
+    assert 200 in seen and 400 in seen  # both sides were exercised
