@@ -238,7 +238,9 @@ def serve(
         policy, _, step = load_served_run(run_dir)
     except SelfEvolveError as e:
         _fail(str(e))
-    name = model_name or run_dir.resolve().name
+    # the run's name also for a checkpoint folder (runs/x/checkpoints/step-20 is served as "x", not "step-20")
+    folder = run_dir.resolve()
+    name = model_name or (folder.parent.parent.name if (folder / "state.json").is_file() else folder.name)
     opts = ServeOptions(limits=limits_for(policy, max_tokens, max_prompt_tokens), max_batch=max_batch,
                         window=batch_window_ms / 1000, request_timeout=request_timeout)
     try:
