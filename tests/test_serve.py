@@ -40,7 +40,7 @@ def served(tmp_path_factory):
     """``(url, reference policy, server)``: the run served, and the same run loaded again for the expected ids."""
     root, _ = make_run(tmp_path_factory.mktemp("serve") / "run")
     policy, _, _ = load_served_run(root)
-    opts = ServeOptions(limits=limits_for(policy, max_tokens=64, max_prompt_tokens=512), window=0.05)
+    opts = ServeOptions(limits=limits_for(policy, max_tokens=64, max_prompt_tokens=1024), window=0.05)
     server = Server(create_app(policy, NAME, opts), bind("127.0.0.1", 0)).start()
     _, reference, _ = load_run(root)
     reference.temperature = 1.0  # greedy log-probs are reported at temperature 1
@@ -159,7 +159,7 @@ CHAT = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tok
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
      "only text parts"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "word " * 2000}]}, 400,
-     "at most 512"),
+     "at most 1,024"),
     ("/v1/chat/completions", {**CHAT, "model": "gpt-4"}, 404, "not served here; available: tiny-run"),
     ("/v1/chat/completions", {**CHAT, "temperature": 9}, 400, "temperature"),
     ("/v1/completions", {"model": NAME, "prompt": [[1, 2, -4]]}, 400, "outside the vocabulary"),
@@ -245,6 +245,22 @@ def test_the_judge_runs_on_the_served_model_and_counts_api_retries(served, tmp_p
     scores, stats = judge(llm, [("Where is order 7?", "get_order(id=7)", "Action: get_order(id=7)")])
     assert len(scores) == 1 and 0.0 <= scores[0] <= 1.0
     assert stats["judge/api_retries"] == 0 and stats["judge/calls"] >= 1
+
+
+def test_a_training_run_judges_with_the_served_model(served, tmp_path):
+    from selfevolve import Trainer
+
+    url, _, _ = served
+    out = tmp_path / "judged"
+    Trainer(load_config(overrides=[
+        "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=4", "env.name=shop", "env.max_turns=2",
+        "train.steps=1", "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=1", "train.progress=false",
+        "train.warm_start_steps=0", "reward.judge_max_new_tokens=8", "reward.source=judge",
+        f"reward.judge_llm=openai:{NAME}", f"llm_api.base_url={url}/v1", f"train.out_dir={out}"])).train()
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    calls = [json.loads(x) for x in (out / "llm_calls.jsonl").read_text().splitlines()]
+    assert metrics["judge/calls"] >= 2 and metrics["judge/api_retries"] == 0
+    assert calls and all(c["backend"] == f"openai:{NAME}" and c["retries"] == 0 for c in calls)
 
 
 def _closed_port() -> int:
