@@ -224,6 +224,50 @@ def test_a_request_without_a_reply_in_time_gets_a_504(served):
     assert code == 504 and "no reply within 0.3 s" in answer["error"]["message"]
 
 
+class _BrokenPolicy(_SlowPolicy):
+    """A policy whose generation fails once, then works."""
+
+    failed = False
+
+    def generate(self, *args, **kwargs):
+        if not self.failed:
+            self.failed = True
+            raise ValueError("boom")
+        return self.inner.generate(*args, **kwargs)
+
+
+def test_a_failed_generation_is_a_500_naming_it_and_the_worker_goes_on(served):
+    _, ref, _ = served
+    server = Server(create_app(_BrokenPolicy(ref), NAME, ServeOptions(limits=Limits(context=2048))),
+                    bind("127.0.0.1", 0)).start()
+    try:
+        first = _post(server.url, "/v1/chat/completions", json.dumps(CHAT).encode())
+        second = _post(server.url, "/v1/chat/completions", json.dumps(CHAT).encode())
+    finally:
+        server.stop()
+    assert first[0] == 500 and first[1]["error"]["message"] == "generation failed: ValueError: boom"
+    assert second[0] == 200 and second[1]["choices"][0]["token_ids"]
+
+
+def test_a_full_queue_or_a_stopped_worker_refuses_at_once(served):
+    from selfevolve.serve.batcher import Batcher, Busy, Work
+
+    _, ref, _ = served
+    with pytest.raises(Busy, match="worker has stopped"):
+        Batcher(ref).submit(Work([[1, 2]], 1, 2, 0.0, None))  # never started
+    batcher = Batcher(_SlowPolicy(ref), max_pending=1, window=0).start()
+    try:
+        first = batcher.submit(Work([[1, 2]], 1, 2, 0.0, None))
+        while batcher.pending:  # the worker has taken the first item and is generating (1.5 s)
+            time.sleep(0.01)
+        batcher.submit(Work([[1, 3]], 1, 2, 0.0, None))  # waits in the queue: now full
+        with pytest.raises(Busy, match=r"the queue is full \(1 requests waiting\)"):
+            batcher.submit(Work([[1, 4]], 1, 2, 0.0, None))
+        assert first.result(timeout=30)[0][0].ids
+    finally:
+        batcher.stop()
+
+
 # ---- the openai:MODEL backend ---------------------------------------------------------------------------
 def test_openai_backend_gets_the_served_greedy_replies(served, tmp_path):
     url, ref, _ = served

@@ -103,7 +103,7 @@ def create_app(policy, name: str, options: ServeOptions | None = None, batcher: 
         try:
             future = batcher.submit(work)
         except Busy as e:
-            raise InvalidRequest(f"server busy: {e}", status=503) from None
+            raise InvalidRequest(f"server unavailable: {e}", status=503) from None
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), opts.request_timeout)
         except asyncio.TimeoutError:

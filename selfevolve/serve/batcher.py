@@ -27,7 +27,7 @@ from selfevolve.serve.protocol import Row
 
 
 class Busy(Exception):
-    """The queue is full: the server refuses more work until some is done."""
+    """The server cannot take work now: the queue is full, or the worker has stopped."""
 
 
 @dataclass
@@ -87,11 +87,11 @@ class Batcher:
     def submit(self, work: Work) -> Future:
         """Queue ``work``; its future resolves to ``rows[prompt][choice]``. Busy when the queue is full."""
         if not self.alive:
-            raise RuntimeError("the generation worker is not running")
+            raise Busy("the generation worker has stopped; restart the server")
         try:
             self.queue.put_nowait(work)
         except queue.Full:
-            raise Busy(f"{self.queue.maxsize} requests are already waiting; retry later") from None
+            raise Busy(f"the queue is full ({self.queue.maxsize} requests waiting); retry later") from None
         return work.future
 
     # ---- the worker ---------------------------------------------------------------------------------------
