@@ -92,7 +92,11 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
                   "base_model": cfg.model.name, "dtype": str(dtype).removeprefix("torch."),
                   "lora": cfg.model.lora.model_dump(), "max_abs_logit_diff": diff, "positions": len(probe)}
         (tmp / INFO_FILE).write_text(json.dumps(report, indent=1))
-        tmp.chmod(0o755)  # mkdtemp made it private; a model folder is meant to be shared
+        # mkdtemp made the folder private and the weights file is written 0600: a model folder is meant to be
+        # shared (served by another user, copied to a cluster), so it gets the usual permissions
+        tmp.chmod(0o755)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -22,6 +22,7 @@ def test_export_reloads_with_the_adapter_models_logits(tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "selfevolve_export.json"} <= names
     assert not any(n.endswith((".bin", ".pt", ".pth", ".pkl")) for n in names)  # no pickles
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in out.iterdir())  # readable by others: shareable
     _, policy, _ = load_run(root)  # the adapter model, loaded afresh
     ids = probe_ids(policy.tokenizer)
     expected = logits_of(policy.model, ids)
