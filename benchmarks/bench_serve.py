@@ -124,7 +124,8 @@ def main() -> None:
     print("| concurrency | requests/s | tokens/s | latency p50 | latency p95 | generate calls | mean batch |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['concurrency']} | {r['requests_per_s']:.2f} | {r['tokens_per_s']:.1f} | {r['p50_s'] * 1000:.0f} ms "
+        print(f"| {r['concurrency']} | {r['requests_per_s']:.2f} | {r['tokens_per_s']:.1f} | "
+              f"{r['p50_s'] * 1000:.0f} ms "
               f"| {r['p95_s'] * 1000:.0f} ms | {r['generate_calls']} | {r['mean_batch']:.1f} |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

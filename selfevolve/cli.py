@@ -220,13 +220,13 @@ with logprobs), concurrent requests batched into one generation. See docs/servin
 )
 def serve(
     run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface; see docs/security.md)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface; docs/security.md)."),
     port: int = typer.Option(8000, help="Port (0: any free port)."),
     model_name: Optional[str] = typer.Option(None, help="Model id clients send (default: the run folder's name)."),
     max_tokens: int = typer.Option(512, min=1, help="Largest reply budget a request may ask for."),
     max_prompt_tokens: int = typer.Option(4096, min=1, help="Longest prompt accepted, in tokens."),
     max_batch: int = typer.Option(16, min=1, help="Rows (prompts x n) generated together at most."),
-    batch_window_ms: float = typer.Option(50.0, min=0, help="How long the first request waits for others to batch with."),
+    batch_window_ms: float = typer.Option(50.0, min=0, help="How long the first request waits for others to join."),
     request_timeout: float = typer.Option(300.0, min=1, help="Seconds before a request without a reply gets a 504."),
 ) -> None:
     from selfevolve.errors import SelfEvolveError

@@ -313,7 +313,8 @@ class LlmApiConfig(_Section):
     base_url: str | None = Field(None, description="Server of the openai:MODEL backends, e.g. "
                                  "http://127.0.0.1:8000/v1 (selfevolve serve), a vLLM or llama.cpp server.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key "
-                             "(the key itself never goes in a config or run folder); unset: the placeholder key 'none' is sent.")
+                             "(the key itself never goes in a config or run folder); unset: the placeholder key "
+                             "'none' is sent.")
     timeout: float = Field(60.0, gt=0, description="Seconds one request may take; then it counts as failed.")
     retries: int = Field(2, ge=0, description="Retries of a failed request (connection error, timeout, 408/409/429, "
                          "5xx), each printed and counted; then the run stops with an error naming the URL.")
