@@ -252,9 +252,9 @@ def serve(
               highlight=False, soft_wrap=True)
     out.file.flush()  # the address must show at once, also when stdout is a pipe
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
+        server.run()  # uvicorn shuts down gracefully on Ctrl-C / SIGTERM, then re-raises the signal
+    except KeyboardInterrupt as stop:  # Ctrl-C: 130; SIGTERM: 143, as every command (train/signals.py)
+        raise typer.Exit(exit_code(stop))
     finally:
         sock.close()
 

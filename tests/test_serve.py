@@ -257,7 +257,8 @@ def test_serve_command_serves_until_stopped(tmp_path):
         assert [m.id for m in client(found.group(1)).models.list().data] == ["myrun"]
     finally:
         proc.terminate()
-        proc.wait(30)
+        code = proc.wait(30)
+    assert code == 143  # SIGTERM: a graceful shutdown, then the exit status of every command
 
 
 def test_serve_command_refuses_a_folder_without_a_checkpoint(tmp_path):
