@@ -67,6 +67,7 @@ class RayRollouts:
         self.events: list[str] = []  # every warning about a worker, as logged
         self._owns_ray = False
         self._fingerprint: float | None = None
+        self._warned_idle = False
 
     # ---- starting ---------------------------------------------------------------------------------------------
     def _runtime_env(self) -> dict:
@@ -158,6 +159,10 @@ class RayRollouts:
                 raise SelfEvolveError(f"a trajectory of step {step} was sampled with weights version "
                                       f"{t.policy_version}")
         busy = sum(1 for s in shares if s)
+        if busy < len(self.slots) and not self._warned_idle:
+            self._warned_idle = True
+            self._warn(f"a step has {len(tasks)} groups for distributed.workers={len(self.slots)}: "
+                       f"{len(self.slots) - busy} workers stay idle (groups are never split)")
         return trajs, stats, {"distributed/workers_busy": busy, "distributed/restarts": restarts,
                               "distributed/put_s": put_s}
 
