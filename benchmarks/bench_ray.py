@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -61,6 +62,7 @@ def time_collects(trainer, repeats: int) -> dict:
     trainer.collect()
     warm = time.perf_counter() - t0
     secs, episodes, tokens, put = 0.0, 0, 0, 0.0
+    digest = hashlib.sha256()  # of every sampled token id: equal across modes when they play the same episodes
     for k in range(repeats):
         trainer.step = k + 1  # a new step: new seeds and (Ray) a new weights version pushed
         trainer.search_metrics = {}
@@ -70,7 +72,8 @@ def time_collects(trainer, repeats: int) -> dict:
         episodes += len(trajs)
         tokens += stats.new_tokens
         put += trainer.search_metrics.get("distributed/put_s", 0.0)
-    return {"warmup_s": warm, "seconds": secs, "episodes": episodes, "new_tokens": tokens,
+        digest.update(json.dumps([s.action_ids for t in trajs for s in t.steps]).encode())
+    return {"tokens_sha": digest.hexdigest()[:12], "warmup_s": warm, "seconds": secs, "episodes": episodes, "new_tokens": tokens,
             "episodes_per_s": episodes / secs, "tokens_per_s": tokens / secs, "put_s": put / repeats}
 
 
@@ -126,13 +129,13 @@ def main(argv=None) -> None:
     print(f"\n{args.model}, frozenlake, {args.tasks} tasks x {args.group} = {B} episodes per step, "
           f"max {args.max_turns} turns; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"local torch threads {args.local_threads}, 1 per worker\n")
-    print("| mode | warm-up s (Ray: + start) | s per step | episodes/s | new tok/s | vs local | push s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| mode | warm-up s (Ray: + start) | s per step | episodes/s | new tok/s | vs local | push s | tokens sha |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     base = results["local"]["episodes_per_s"]
     for name, r in results.items():
         push = f"{r['push_s']:.3f}" if "push_s" in r else ""
         print(f"| {name} | {r['warmup_s']:.1f} | {r['seconds'] / args.repeats:.2f} | {r['episodes_per_s']:.3f} | "
-              f"{r['tokens_per_s']:.1f} | {r['episodes_per_s'] / base:.2f}x | {push} |")
+              f"{r['tokens_per_s']:.1f} | {r['episodes_per_s'] / base:.2f}x | {push} | {r['tokens_sha']} |")
     # the model, from the largest measured worker count's per-worker rate (each worker then holds B/N episodes)
     n_max = max(args.workers)
     r = results[f"ray{n_max}"]["episodes_per_s"] / n_max
@@ -150,10 +153,11 @@ def main(argv=None) -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(f"{args.out}/summary.json", "w") as f:
         json.dump({"results": results, "update_s": U, "per_worker_rate": r, "n_star": n_star, "B": B}, f, indent=1)
+    same = len({v["tokens_sha"] for v in results.values()}) == 1
     parts = " ; ".join(f"{k} {v['episodes_per_s']:.3f} ep/s ({v['episodes_per_s'] / base:.2f}x)"
                        for k, v in results.items())
     print(f"\nSUMMARY ray rollouts ({args.model}, {B} episodes/step): {parts} ; update {U:.2f} s, push {P:.3f} s ; "
-          f"driver-bound beyond N* = {n_star:.1f} workers")
+          f"driver-bound beyond N* = {n_star:.1f} workers ; same sampled tokens in every mode: {same}")
 
 
 if __name__ == "__main__":

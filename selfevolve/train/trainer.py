@@ -1,7 +1,8 @@
 """The training loop: tasks -> rollouts -> rewards -> advantages -> PPO update, with checkpoints and evaluation.
 
 Features
-- batched multi-turn rollouts, G per task from the same start state (groups);
+- batched multi-turn rollouts, G per task from the same start state (groups), in this process or on Ray
+  workers (``distributed.backend``, ``rollout/collect.py``), each episode seeded by itself;
 - advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
   on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
   (``selfevolve/train/credit.py``);
