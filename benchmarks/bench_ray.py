@@ -21,6 +21,11 @@ Usage::
 
     python benchmarks/bench_ray.py --model smollm2-135m --tasks 4 --group 4 --max-turns 4
     python benchmarks/bench_ray.py --model tiny --repeats 1            # quick check
+    python benchmarks/bench_ray.py --sampler-cost                      # only: what per-episode streams cost
+
+``--sampler-cost``: the local path's price for per-episode seeding. The same 16 episodes' rollout with one
+shared stream (inverse CDF) and with one stream per episode (exponential race), alternating, and the sampling
+step alone for 16 rows over the model's vocabulary.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def parse_args(argv=None):
                    "uses distributed.worker_cpus = 1)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--out", default="runs/bench_ray")
+    p.add_argument("--sampler-cost", action="store_true", help="measure only the per-episode sampler's cost")
     return p.parse_args(argv)
 
 
@@ -102,8 +108,50 @@ def update_time(trainer, repeats: int) -> float:
     return min(times)
 
 
+def sampler_cost(args) -> None:
+    from selfevolve.config import load_config
+    from selfevolve.envs import ENVS, make_env
+    from selfevolve.models.generation import _sample
+    from selfevolve.rollout.runner import RolloutStats, rollout
+    from selfevolve.rollout.seeding import episode_generators
+    from selfevolve.tasks.source import SeedTasks
+    from selfevolve.train.build import build_policy, build_prompt
+
+    torch.set_num_threads(args.local_threads)
+    cfg = load_config(overrides=[f"model.name={args.model}", "model.dtype=fp32"])
+    policy, env_cls = build_policy(cfg), ENVS["frozenlake"]
+    builder = build_prompt(cfg, policy, make_env(env_cls))
+    tasks = [t for t in SeedTasks("frozenlake").next(args.tasks) for _ in range(args.group)]
+    runs = {"shared stream (inverse CDF)": [0.0, 0], "per-episode streams (race)": [0.0, 0]}
+    for rep in range(args.repeats):
+        for name, acc in runs.items():
+            gen = torch.Generator().manual_seed(rep) if name.startswith("shared") else \
+                episode_generators(rep, 0, list(range(len(tasks))), [t.id for t in tasks])
+            st = RolloutStats()
+            envs = [make_env(env_cls, max_turns=args.max_turns) for _ in tasks]
+            rollout(policy, envs, tasks, builder, max_turns=args.max_turns, generator=gen, stats=st)
+            acc[0] += st.seconds
+            acc[1] += st.new_tokens
+    logp = torch.log_softmax(torch.randn(len(tasks), policy.vocab_size), -1)
+    ms = {}
+    for name, g in (("inverse CDF", torch.Generator().manual_seed(0)),
+                    ("race", [torch.Generator().manual_seed(i) for i in range(len(tasks))])):
+        _sample(logp, g)
+        t0 = time.perf_counter()
+        for _ in range(50):
+            _sample(logp, g)
+        ms[name] = (time.perf_counter() - t0) / 50 * 1000
+    for name, (secs, toks) in runs.items():
+        print(f"{name}: {toks} new tokens in {secs:.1f} s = {toks / secs:.1f} tok/s")
+    print(f"SUMMARY sampler ({args.model}, {len(tasks)} rows): sampling step {ms['race']:.2f} ms (race) vs "
+          f"{ms['inverse CDF']:.2f} ms (inverse CDF); rollout " + " vs ".join(
+              f"{t / s:.1f} tok/s ({n.split(' (')[0]})" for n, (s, t) in runs.items()))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.sampler_cost:
+        return sampler_cost(args)
     from selfevolve.config import load_config
     from selfevolve.train.trainer import Trainer
 
