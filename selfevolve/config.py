@@ -39,6 +39,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     LlmApiConfig,
     TrainConfig,
     EvalConfig,
+    DistributedConfig,
 )
 from selfevolve.errors import ConfigError
 
@@ -65,6 +66,7 @@ class Config(_Section):
     llm_api: LlmApiConfig = Field(default_factory=LlmApiConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
     @model_validator(mode="after")
     def _check_env(self):
@@ -135,6 +137,21 @@ class Config(_Section):
                              f"not {self.algo.name}")
         if s.scorer == "weighted" and s.w_reward + s.w_progress + s.w_value <= 0:
             raise ValueError("search.scorer=weighted: at least one of w_reward, w_progress, w_value must be > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _check_distributed(self):
+        # What the Ray workers cannot do yet is refused here, before anything starts (docs/scaling.md).
+        if self.distributed.backend != "ray":
+            return self
+        if self.rollout.search != "sample":
+            raise ValueError(f"distributed.backend=ray runs rollout.search=sample only, not {self.rollout.search} "
+                             f"(search draws from one shared stream across a step's episodes); use "
+                             f"distributed.backend=local for search")
+        if self.experience.enabled:
+            raise ValueError("distributed.backend=ray does not run experience.recall / experience.navigate yet: "
+                             "the experience pool (SQLite, embedder) lives in the driver; use "
+                             "distributed.backend=local")
         return self
 
 

@@ -379,3 +379,25 @@ class EvalConfig(_Section):
         "null: automatic, split=test for environments that have a split (the tool worlds), else the training "
         "options. {} evaluates with exactly the training options.",
     )
+
+
+class DistributedConfig(_Section):
+    """Where training rollouts run (docs/scaling.md): in this process, or on Ray rollout workers."""
+
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: rollouts in the trainer's process; ray: on distributed.workers Ray actors, "
+        "each with a policy replica and its share of the step's environments (whole groups); the driver keeps "
+        "the optimizer and pushes the adapter to the workers every step.")
+    workers: int = Field(2, ge=1, description="ray: rollout workers (actors).")
+    address: str | None = Field(None, description="ray: null starts a private local Ray; 'auto' joins the "
+                                "cluster of this machine (`ray start --head`); or a cluster address.")
+    num_cpus: int | None = Field(None, ge=1, description="ray, local Ray only: CPUs Ray may use (null: workers × "
+                                 "worker_cpus).")
+    worker_cpus: int = Field(1, ge=1, description="ray: CPUs reserved per worker, and its torch threads.")
+    start_timeout: float = Field(300.0, gt=0, description="ray: seconds a worker may take to start (model load).")
+    rollout_timeout: float = Field(900.0, gt=0, description="ray: seconds a worker may take for its share of a "
+                                   "step (weights push included); past it the worker is reported by name as "
+                                   "stalled, killed and restarted.")
+    max_restarts: int = Field(2, ge=0, description="ray: restarts of one worker within a step (died or stalled) "
+                              "before the step fails with an error naming it; a restarted worker re-runs its "
+                              "episodes with the same seeds.")

@@ -65,6 +65,9 @@ class Trajectory:
     group_id: str = ""
     success: bool = False
     flags: dict[str, Any] = field(default_factory=dict)
+    # The version of the weights that sampled it: the number of updates the policy had had (a training step's
+    # rollouts carry the step number). Ray workers stamp the version they were pushed (docs/scaling.md).
+    policy_version: int | None = None
 
     @property
     def reward(self) -> float:
@@ -85,4 +88,4 @@ class Trajectory:
             for step in steps:
                 step["calls"] = [{k: v for k, v in c.items() if k not in token_fields} for c in step["calls"]]
         return {"task": asdict(self.task), "steps": steps, "group_id": self.group_id, "success": self.success,
-                "flags": dict(self.flags), "reward": self.reward}
+                "flags": dict(self.flags), "reward": self.reward, "policy_version": self.policy_version}

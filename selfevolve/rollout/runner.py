@@ -49,7 +49,7 @@ def rollout(
     max_turns: int,
     group_ids: list[str] | None = None,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
     stats: RolloutStats | None = None,
     reuse_cache: bool = True,
     guide=None,
@@ -60,6 +60,8 @@ def rollout(
     when the prompt extends the previous one, as the full-history chat does).
     ``guide``: the experience pool's hook (``selfevolve/experience/guide.py``): ``start`` gives each episode its
     guidance (insight block, flags), ``before_turn`` recalls examples for the active episodes (SEER).
+    ``generator``: one for all episodes, or a list with one per episode (``rollout/seeding.py``: an episode's
+    samples then do not depend on the batch it is played in).
     """
     assert len(envs) == len(tasks)
     t0 = time.perf_counter()
@@ -77,9 +79,10 @@ def rollout(
             break
         if guide is not None:
             guide.before_turn(turn, [contexts[i] for i in active], [trajs[i] for i in active])
-        _context_calls(policy, [contexts[i] for i in active if contexts[i].pending], greedy, generator, stats)
+        due = [i for i in active if contexts[i].pending]
+        _context_calls(policy, [contexts[i] for i in due], greedy, _rows(generator, due), stats)
         prompts = [contexts[i].prompt for i in active]
-        gen = policy.generate(prompts, greedy=greedy, generator=generator, state=kv)
+        gen = policy.generate(prompts, greedy=greedy, generator=_rows(generator, active), state=kv)
         if stats is not None:
             stats.prompt_tokens += gen.prompt_tokens
             stats.new_tokens += gen.new_tokens
@@ -104,6 +107,11 @@ def rollout(
     if stats is not None:
         stats.seconds += time.perf_counter() - t0
     return trajs
+
+
+def _rows(generator, rows: list[int]):
+    """The generators of episodes ``rows`` when there is one per episode; else the shared one."""
+    return [generator[i] for i in rows] if isinstance(generator, (list, tuple)) else generator
 
 
 def play(env: TextEnv, text: str, gen, k: int, prompt: list[int], *, last_turn: bool, calls: list) -> Step:

@@ -1,7 +1,8 @@
 """The training loop: tasks -> rollouts -> rewards -> advantages -> PPO update, with checkpoints and evaluation.
 
 Features
-- batched multi-turn rollouts, G per task from the same start state (groups);
+- batched multi-turn rollouts, G per task from the same start state (groups), in this process or on Ray
+  workers (``distributed.backend``, ``rollout/collect.py``), each episode seeded by itself;
 - advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
   on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
   (``selfevolve/train/credit.py``);
@@ -32,19 +33,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from selfevolve.agent.context import ContextSpec
-from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import Config
-from selfevolve.envs import ENVS, make_env
+from selfevolve.envs import make_env
 from selfevolve.envs.base import TextEnv
 from selfevolve.experience.guide import guide_metrics
-from selfevolve.errors import ConfigError, SelfEvolveError, unknown_name
+from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
-from selfevolve.models.loading import load_model
-from selfevolve.models.policy import Policy
-from selfevolve.rollout.runner import RolloutStats, rollout
+from selfevolve.rollout.collect import make_rollouts
+from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import SeedTasks
+from selfevolve.train.build import CRITICS, build_policy, build_prompt, resolve_env  # noqa: F401 - re-exported
 from selfevolve.train.checkpoint import (MODEL_FILES, NoCheckpoint, find_checkpoint, load_checkpoint, refusing,
                                          save_checkpoint)
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
@@ -59,46 +58,6 @@ from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 from selfevolve.view.record import returns_minus_values, trajectory_records
-
-def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
-    if env is not None:
-        if not (isinstance(env, type) and issubclass(env, TextEnv)):
-            raise ConfigError(f"env must be a TextEnv subclass, got {env!r}")
-        return env
-    if cfg.env.name not in ENVS:
-        raise unknown_name("env", cfg.env.name, ENVS)
-    return ENVS[cfg.env.name]
-
-
-CRITICS = {"ppo": "ppo", "self_ac": "self_ac"}  # algo.name -> the config section naming its value head
-
-
-def build_policy(cfg: Config, critic: bool = False) -> Policy:
-    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head that PPO or Self-AC trains
-    (``algo.ppo.value_head`` / ``algo.self_ac.value_head``)."""
-    model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
-    policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
-                    max_new_tokens=cfg.agent.max_new_tokens)
-    policy.check_logprob_path()
-    if critic:
-        policy.attach_value_head(getattr(cfg.algo, CRITICS.get(cfg.algo.name, "ppo")).value_head)
-    return policy
-
-
-def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
-    return PromptBuilder(
-        policy.tokenizer,
-        instructions=env.instructions,
-        examples=list(env.examples),
-        history=cfg.agent.history,
-        few_shot=cfg.agent.few_shot,
-        think=cfg.agent.think or cfg.agent.context == "reasoning",  # reasoning: think before acting
-        tools=getattr(env, "tools", None),
-        tool_instructions=getattr(env, "tool_instructions", ""),
-        context=ContextSpec(cfg.agent.context, cfg.agent.context_budget, cfg.agent.context_window,
-                            cfg.agent.context_call_tokens),
-    )
-
 
 class Trainer:
     def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
@@ -124,6 +83,7 @@ class Trainer:
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
         self.search = SearchSpec.from_config(cfg)
         self.search_trees: list[dict] = []
+        self.search_metrics: dict[str, float] = {}
         self.critic_prompt = None
         if cfg.algo.name == "self_ac":
             check_shadow_attention(self.policy)
@@ -171,6 +131,9 @@ class Trainer:
                                                console=self.console)
             if getattr(self, "_experience_rng", None) is not None:
                 self.experience.rng.setstate(self._experience_rng)  # the recall shuffles continue exactly
+        # where sampled rollouts run: here or on Ray workers (distributed.backend; started on first use)
+        self.rollouts = make_rollouts(cfg, self.env_cls, self.env_options, self.builder, self.experience,
+                                      self.console)
 
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.out_dir)
@@ -213,21 +176,12 @@ class Trainer:
 
     # ---- one step ---------------------------------------------------------------------------------------------
     def collect(self) -> tuple[list[Trajectory], RolloutStats]:
-        cfg = self.cfg
-        G = cfg.algo.group_size
-        tasks = self.tasks.next(cfg.train.tasks_per_step)
+        """The step's rollouts: search here, sampling through the configured backend (rollout/collect.py)."""
+        tasks = self.tasks.next(self.cfg.train.tasks_per_step)
         if self.search.name != "sample":
             return self._search(tasks)
-        rep = [t for t in tasks for _ in range(G)]
-        envs = [make_env(self.env_cls, **self.env_options) for _ in rep]
-        stats = RolloutStats()
-        guide = self.experience.guide(rep, G, training=True) if self.experience else None
-        trajs = rollout(
-            self.policy, envs, rep, self.builder, max_turns=envs[0].max_turns,
-            group_ids=[f"{self.step}:{t.id}" for t in rep], generator=self.generator, stats=stats, guide=guide,
-        )
-        if guide is not None and guide.turns:
-            self.search_metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
+        trajs, stats, metrics = self.rollouts.collect(self.policy, tasks, self.step)
+        self.search_metrics.update(metrics)
         return trajs, stats
 
     def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
@@ -419,7 +373,12 @@ class Trainer:
             raise
         finally:
             logger.close()
+            self.close()
         return {**last, **self.last_eval}
+
+    def close(self) -> None:
+        """Stop the rollout workers, if any (the Ray backend); the trainer stays usable (they restart)."""
+        self.rollouts.close()
 
     def warm_start(self, logger: MetricsLogger, progress: Progress, bar) -> dict[str, float]:
         """Behaviour cloning on expert episodes (see ``selfevolve/train/warm_start.py``); returns its summary."""

@@ -1,0 +1,85 @@
+"""A Ray rollout worker: one policy replica and a pool of environments, playing its share of each step.
+
+The driver (the trainer's process) keeps the optimizer and the update. Every step it pushes the adapter — the
+LoRA tensors only, tagged with a version (the step number) — and sends each worker whole groups of episodes.
+The worker plays them in one batched rollout with :func:`~selfevolve.rollout.collect.play_episodes`, the
+function the local backend uses, so each episode samples exactly as it would in the driver.
+
+This class is plain Python; ``selfevolve/distributed/ray_rollout.py`` makes it a Ray actor.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+
+class StaleWeights(RuntimeError):
+    """A rollout was asked of a worker that does not hold the weights of that version."""
+
+
+def base_fingerprint(policy) -> float:
+    """A checksum of the frozen base weights: a worker whose base model differs from the driver's (another
+    file, another ``tiny`` seed) would sample from a different policy than the one the driver updates."""
+    import torch
+
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum() for n, p in policy.model.named_parameters() if "lora_" not in n))
+
+
+def lora_state(policy) -> dict:
+    """What the driver pushes: the adapter's LoRA tensors (on the CPU), no value head (workers only sample)."""
+    from selfevolve.models.policy import VALUE_PREFIX
+
+    return {k: v for k, v in policy.adapter_state().items() if not k.startswith(VALUE_PREFIX)}
+
+
+class RolloutWorker:
+    """One policy replica; ``name`` is how the driver reports it (``rollout-worker-1``)."""
+
+    def __init__(self, name: str, cfg_data: dict, env_cls, env_options: dict):
+        import torch
+
+        from selfevolve.config import Config
+        from selfevolve.envs import make_env
+        from selfevolve.train.build import build_policy, build_prompt
+
+        self.name = name
+        cfg = Config.model_validate(cfg_data)
+        torch.set_num_threads(cfg.distributed.worker_cpus)  # the CPUs Ray reserved for it, no more
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.env_cls, self.env_options = cfg, env_cls, env_options
+        self.policy = build_policy(cfg)  # no value head: the driver reads values in its update
+        self.builder = build_prompt(cfg, self.policy, make_env(env_cls, **env_options))
+        self.version: int | None = None  # the version of the weights it holds; None until the first push
+        self._stall = 0.0
+
+    def ready(self) -> dict:
+        """Who and where it is, and its base model's checksum (the driver compares it with its own)."""
+        return {"name": self.name, "pid": os.getpid(), "host": socket.gethostname(),
+                "fingerprint": base_fingerprint(self.policy)}
+
+    def load_weights(self, version: int, state: dict) -> int:
+        self.policy.load_adapter_state(state, value_head="ignore")
+        self.version = version
+        return version
+
+    def rollout(self, version: int, step: int, episodes: list):
+        """``(trajectories, stats)`` of ``episodes`` (whole groups), sampled with weights ``version``."""
+        from selfevolve.rollout.collect import play_episodes
+        from selfevolve.rollout.runner import RolloutStats
+
+        if self._stall:  # the fault tests' stalled worker
+            time.sleep(self._stall)
+            self._stall = 0.0
+        if version != self.version:
+            raise StaleWeights(f"{self.name} holds weights version {self.version}, asked to sample with {version}")
+        stats = RolloutStats()
+        trajs = play_episodes(self.policy, self.builder, self.env_cls, self.env_options, episodes,
+                              run_seed=self.cfg.seed, step=step, version=version, stats=stats)
+        return trajs, stats
+
+    def stall(self, seconds: float) -> None:
+        """For tests: the next rollout call first sleeps ``seconds`` (a worker that hangs)."""
+        self._stall = float(seconds)

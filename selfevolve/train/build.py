@@ -1,0 +1,58 @@
+"""What a run is built from: the environment class, the LoRA policy and the prompt builder of a config.
+
+Shared by the trainer, evaluation, self-questioning and the Ray rollout workers (each worker builds its own
+policy replica from the same config, ``selfevolve/distributed/worker.py``).
+"""
+
+from __future__ import annotations
+
+from selfevolve.agent.context import ContextSpec
+from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.config import Config
+from selfevolve.envs import ENVS
+from selfevolve.envs.base import TextEnv
+from selfevolve.errors import ConfigError, unknown_name
+from selfevolve.models.loading import load_model
+from selfevolve.models.policy import Policy
+
+
+def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
+    if env is not None:
+        if not (isinstance(env, type) and issubclass(env, TextEnv)):
+            raise ConfigError(f"env must be a TextEnv subclass, got {env!r}")
+        return env
+    if cfg.env.name not in ENVS:
+        raise unknown_name("env", cfg.env.name, ENVS)
+    return ENVS[cfg.env.name]
+
+
+CRITICS = {"ppo": "ppo", "self_ac": "self_ac"}  # algo.name -> the config section naming its value head
+
+
+def build_policy(cfg: Config, critic: bool = False) -> Policy:
+    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head that PPO or Self-AC trains
+    (``algo.ppo.value_head`` / ``algo.self_ac.value_head``)."""
+    model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
+    policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
+                    max_new_tokens=cfg.agent.max_new_tokens)
+    policy.check_logprob_path()
+    if critic:
+        policy.attach_value_head(getattr(cfg.algo, CRITICS.get(cfg.algo.name, "ppo")).value_head)
+    return policy
+
+
+def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
+    return PromptBuilder(
+        policy.tokenizer,
+        instructions=env.instructions,
+        examples=list(env.examples),
+        history=cfg.agent.history,
+        few_shot=cfg.agent.few_shot,
+        think=cfg.agent.think or cfg.agent.context == "reasoning",  # reasoning: think before acting
+        tools=getattr(env, "tools", None),
+        tool_instructions=getattr(env, "tool_instructions", ""),
+        context=ContextSpec(cfg.agent.context, cfg.agent.context_budget, cfg.agent.context_window,
+                            cfg.agent.context_call_tokens),
+    )
+
+
