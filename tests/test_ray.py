@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 BASE = ["model.name=tiny", "model.dtype=fp32", "env.name=frozenlake", "env.max_turns=3", "algo.group_size=2",
         "train.tasks_per_step=3", "train.warm_start_steps=0", "eval.at_start=false", "eval.episodes=1",
         "train.progress=false", "train.log_trajectories=false", "algo.lr=0.02"]
-RAY = ["distributed.backend=ray", "distributed.workers=2", "distributed.start_timeout=240"]
+RAY = ["distributed.backend=ray", "distributed.workers=2", "distributed.start_timeout=600"]  # minutes on a loaded 2-core CPU
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,9 @@ def test_killed_worker_is_restarted_and_the_step_has_the_same_groups(ray_trainer
     threading.Timer(2.0, os.kill, (pid, signal.SIGKILL)).start()
     t0 = time.monotonic()
     after, _ = tr.collect()
-    assert time.monotonic() - t0 < 120
+    # no wait for distributed.rollout_timeout (900 s): the death is seen at once; the restart itself (a new
+    # process importing torch and loading the model) took 234 s on this CPU with four other jobs on it
+    assert time.monotonic() - t0 < 600
     _same(before, after, logprob_tol=0.0)  # the restarted worker re-runs exactly the same share
     assert victim.info["pid"] != pid
     assert any(e.startswith("rollout-worker-1 died") and "re-running its 4 episodes" in e for e in tr.rollouts.events)
