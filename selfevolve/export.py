@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from selfevolve.errors import SelfEvolveError
+from selfevolve.models.loading import replace_folder
 
 INFO_FILE = "selfevolve_export.json"
 
@@ -97,9 +98,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
         tmp.chmod(0o755)
         for f in tmp.iterdir():
             f.chmod(0o644)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report

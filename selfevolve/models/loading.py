@@ -71,12 +71,18 @@ def smollm2_path() -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        replace_folder(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def replace_folder(tmp: Path, target: Path) -> None:
+    """Put the finished folder ``tmp`` at ``target`` (replacing what is there) by a rename on the same file
+    system, so ``target`` is never half-written (model conversion, ``selfevolve export``)."""
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
 
 
 def load_tokenizer(name: str):
