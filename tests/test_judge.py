@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, judge, judge_messages,
-                                      judge_trajectories, parse_reward, to_band)
+from selfevolve.envs import make_env
+from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, game_rules, judge,
+                                      judge_messages, judge_trajectories, parse_reward, to_band)
 from selfevolve.config import load_config
 from selfevolve.errors import ConfigError
 from selfevolve.types import Step, Task, Trajectory
@@ -112,6 +113,21 @@ def test_judge_trajectories_builds_items():
     first, second = (c[-1]["content"] for c in llm.calls[0][1])
     assert "Task: Where is my order 7?" in first and "get_order(7)" in first and "Result: shipped" in first
     assert "Task: Cancel order 9." in second and "none is available" in second  # no query flag: the instruction
+
+
+def test_game_rules_reach_the_judge():
+    """A FrozenLake board alone does not say what the goal is: the judge reads the game's instructions first. A tool
+    world's request is the whole task, so it gets none."""
+    lake = make_env("frozenlake")
+    rules = game_rules(lake)
+    assert "Reach the goal G" in rules and game_rules(make_env("shop")) == ""
+    board = lake.reset(3)
+    t = Trajectory(task=Task(id="f", env="frozenlake", seed=3), flags={"query": board},
+                   steps=[Step(prompt_ids=[], action_ids=[], logprobs=[], action_text="Down", observation="X")])
+    llm = ScriptedLLM(["<reward>0</reward>"])
+    judge_trajectories(llm, [t], rules=rules)
+    ask = llm.calls[0][1][0][-1]["content"]
+    assert ask.startswith(f"Task: {rules}\nStart:\n{board}")
 
 
 def test_agreement_by_hand():

@@ -33,6 +33,7 @@ from typing import Any
 from selfevolve.agent.parsing import parse_action
 from selfevolve.envs.base import TextEnv
 from selfevolve.errors import ConfigError
+from selfevolve.rewards.judge import game_rules
 from selfevolve.rewards.oracle import BAD, GOOD, Oracle, agreement
 from selfevolve.untrusted import clean_text, too_long
 
@@ -237,8 +238,7 @@ class Attributor:
             raise ConfigError(f"reward.attribution must be none, llm or oracle, got {mode!r}")
         self.mode, self.spec, self.llm = mode, spec, llm
         self.oracle = Oracle(env) if mode == "oracle" or Oracle.supports(env) else None
-        tools = getattr(env, "tools", None)
-        self.rules = "" if tools else str(getattr(env, "instructions", ""))
+        self.rules = game_rules(env)
 
     @classmethod
     def build(cls, cfg, policy, env: TextEnv, out_dir) -> "Attributor | None":

@@ -145,14 +145,23 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
     return scores, stats
 
 
-def judge_trajectories(llm, trajs, retries: int = 1, max_new_tokens: int | None = None
+def game_rules(env) -> str:
+    """What a judge must be told of a game besides its first observation: the environment's instructions (a
+    FrozenLake board alone does not say that G is the goal and O a hole). Empty for a tool world, whose request
+    (the first observation) is the whole task."""
+    return "" if getattr(env, "tools", None) else str(getattr(env, "instructions", "") or "")
+
+
+def judge_trajectories(llm, trajs, retries: int = 1, max_new_tokens: int | None = None, rules: str = ""
                        ) -> tuple[list[float], dict[str, float]]:
     """:func:`judge` over episodes: the request (``flags["query"]``, the first observation the rollout recorded,
-    else the task's instruction), the reference (``flags["reference"]``, else the task's) and the episode as
-    :func:`history_text` renders it."""
+    else the task's instruction; after the game's ``rules`` when given, see :func:`game_rules`), the reference
+    (``flags["reference"]``, else the task's) and the episode as :func:`history_text` renders it."""
     items = []
     for t in trajs:
         query = t.flags.get("query") or t.task.instruction
+        if rules:
+            query = f"{rules}\nStart:\n{query}"
         reference = t.flags.get("reference") or t.task.reference  # the rollout records a tool world's solution
         items.append((query, reference, history_text(query, t.steps)))
     return judge(llm, items, retries=retries, max_new_tokens=max_new_tokens)
@@ -183,13 +192,14 @@ def agreement(judged: list[bool], verified: list[bool]) -> dict[str, float]:
     return out
 
 
-def judge_outcomes(llm, trajs, source: str, retries: int = 1, max_new_tokens: int | None = None
+def judge_outcomes(llm, trajs, source: str, retries: int = 1, max_new_tokens: int | None = None, rules: str = ""
                    ) -> dict[str, float]:
     """The trainer's judge stage (``reward.source``). Every trajectory gets ``flags["judge_score"]``. With
     ``judge`` the score *is* the outcome: every step reward is set to 0 and the last step's to the score (the
     environment's own rewards, verifier and shaping alike, are dropped). With ``both`` the environment's rewards
     are kept and only the agreement of judge and verifier is measured (``judge/accuracy``, ``judge/kappa``)."""
-    scores, stats = judge_trajectories(llm, trajs, retries=retries, max_new_tokens=max_new_tokens)
+    scores, stats = judge_trajectories(llm, trajs, retries=retries, max_new_tokens=max_new_tokens,
+                                       rules=rules)
     for t, s in zip(trajs, scores):
         t.flags["judge_score"] = s
         if source == "judge" and t.steps:

@@ -244,11 +244,12 @@ class Trainer:
         """reward.source=judge: the judge's score becomes each episode's outcome; both: it is only measured."""
         if self.judge is None:
             return {}
-        from selfevolve.rewards.judge import judge_outcomes
+        from selfevolve.rewards.judge import game_rules, judge_outcomes
 
         self.judge.step = self.step + 1  # the calls belong to the step being made (resume truncates by it)
         r = self.cfg.reward
-        return judge_outcomes(self.judge, trajs, r.source, retries=r.judge_retries)
+        rules = game_rules(make_env(self.env_cls, **self.env_options))
+        return judge_outcomes(self.judge, trajs, r.source, retries=r.judge_retries, rules=rules)
 
     def attribute(self, trajs: list[Trajectory]) -> dict[str, float]:
         """reward.attribution: GOOD/BAD on every step (``Step.info["attribution"]``) during the first
