@@ -338,7 +338,7 @@ def test_make_env():
     assert env.dim_room == (7, 7) and len(parse_room(env.reset(0))["boxes"]) == 2
     assert env_options(FrozenLakeEnv) == {
         "size": 4, "slippery": False, "p_frozen": 0.8, "max_turns": 8, "moves_per_turn": 1, "invalid_penalty": 0.1,
-        "progress_reward": 1.0, "bump_penalty": 0.1, "hints": True,
+        "progress_reward": 1.0, "bump_penalty": 0.1, "hints": True, "split": "train", "tasks_file": "",
     }
     assert set(env_options(SokobanEnv)) == {
         "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth",

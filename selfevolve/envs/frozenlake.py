@@ -18,6 +18,8 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import too_long
+from selfevolve.worlds.base import SPLITS, Task, load_tasks
+from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order
 _STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
@@ -93,6 +95,17 @@ class FrozenLakeEnv(TextEnv):
         hints: add a line under the grid saying what each move leads to ("Left: edge. Down: hole. Right:
             ice. Up: edge."). The map is the same; the line spells out the player's neighbourhood, which a
             135M model cannot reliably read off a 2-D grid of symbols.
+        split: which episodes ``reset(seed)`` starts. ``train`` and ``test`` (the default, and what evaluation
+            switches to) are the ordinary game: the map of the seed, reach G. ``synth``: the target-cell tasks
+            of ``tasks_file`` (written by ``selfevolve explore``, see :func:`target_task`), task ``seed % n``.
+            ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
+        tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
+            holds ``synth``.
+
+    A synthesized task names a map (its seed and its rows), a target cell and a reference move sequence. Its
+    first observation is the request line (``Request: ...``) above the board, which marks the target ``T``;
+    the episode is solved (reward 1) when the player stands on the target. A hole ends it unsolved as usual;
+    so does G when G is not the target (the game ends there, as it always does).
 
     The defaults (several moves per turn allowed, shaping on) are chosen so that a 135M model learns within
     minutes on a CPU; ``moves_per_turn=1 progress_reward=0 bump_penalty=0`` is gymnasium's plain game.
@@ -122,6 +135,8 @@ class FrozenLakeEnv(TextEnv):
         progress_reward: float = 1.0,
         bump_penalty: float = 0.1,
         hints: bool = True,
+        split: str = "train",
+        tasks_file: str = "",
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
@@ -144,6 +159,10 @@ class FrozenLakeEnv(TextEnv):
         self.progress_reward = float(progress_reward)
         self.bump_penalty = float(bump_penalty)
         self.hints = bool(hints)
+        self.split, self.tasks_file = split, str(tasks_file or "")
+        self.synth_tasks, self.ordinary = _split_tasks(split, self.tasks_file)
+        self.task: Task | None = None  # the synthesized task being played (None: the ordinary game)
+        self.target: tuple[int, int] | None = None
         self.instructions = self._instructions()
         self.examples = _examples(moves_per_turn, self.hints)
         self._gym: _GymFrozenLake | None = None
@@ -158,12 +177,35 @@ class FrozenLakeEnv(TextEnv):
         )
         if self.slippery:
             text += "The ice is slippery: a move may slide you sideways. "
+        if self.synth_tasks:
+            text += ("A request above the board may name another cell to reach instead, marked T: then only "
+                     "standing on T counts. ")
         return text + answer_format(MOVES, self.moves_per_turn)
 
     def reset(self, seed: int) -> str:
-        """A random map from ``seed`` (same seed, same map); the player starts top-left."""
+        """A random map from ``seed`` (same seed, same map); the player starts top-left. With ``split``
+        holding ``synth``, the seed may pick a synthesized task instead (:meth:`task_for`)."""
+        task = self.task_for(seed)
+        if task is not None:
+            return self.play(task)
         seed = _seed(seed)
         return self.load(generate_random_map(size=self.size, p=self.p_frozen, seed=seed), seed=seed)
+
+    def task_for(self, seed: int) -> Task | None:
+        """The synthesized task a seed starts, or None for the ordinary game on the seed's map."""
+        if not self.synth_tasks:
+            return None
+        seed = int(seed)
+        if not self.ordinary:
+            return self.synth_tasks[seed % len(self.synth_tasks)]
+        return self.synth_tasks[(seed // 2) % len(self.synth_tasks)] if seed % 2 else None
+
+    def play(self, task: Task) -> str:
+        """Start a target-cell task: its map, the request line above the board, the target marked T."""
+        goal = task.goal
+        self.load(goal["map"], seed=goal["seed"])
+        self.task, self.target = task, (int(goal["target"][0]), int(goal["target"][1]))
+        return f"Request: {task.instruction}\n{self.render()}"
 
     def load(self, desc: list[str] | str, seed: int = 0) -> str:
         """Start an episode on a given map in gymnasium's letters (S start, F frozen, H hole, G goal).
@@ -176,6 +218,7 @@ class FrozenLakeEnv(TextEnv):
         self._gym = _GymFrozenLake(desc=self.desc, is_slippery=self.slippery)
         self._gym.reset(seed=_seed(seed))
         self.done = False
+        self.task, self.target = None, None
         return self.render()
 
     # ---------------------------------------------------------------- state
@@ -191,7 +234,14 @@ class FrozenLakeEnv(TextEnv):
 
     @property
     def success(self) -> bool:
+        if self.target is not None:
+            return self._gym is not None and self.position == self.target
         return self._gym is not None and self._cell() == "G"
+
+    def _lost(self) -> bool:
+        """On a cell that ends the episode unsolved: a hole, or G when a task's target is another cell."""
+        cell = self._cell()
+        return cell == "H" or (cell == "G" and self.target is not None and not self.success)
 
     def render(self) -> str:
         if self._gym is None:
@@ -201,7 +251,11 @@ class FrozenLakeEnv(TextEnv):
         for r, row in enumerate(self.desc):
             cells = []
             for c, letter in enumerate(row):
-                if (r, c) == (pr, pc):
+                if self.target is not None and (r, c) == (pr, pc):
+                    cells.append("√" if (r, c) == self.target else "X" if letter == "H" else "P")
+                elif self.target is not None and (r, c) == self.target and letter != "G":
+                    cells.append("T")
+                elif (r, c) == (pr, pc):
                     cells.append({"H": "X", "G": "√"}.get(letter, "P"))
                 else:
                     cells.append({"H": "O", "G": "G"}.get(letter, "_"))
@@ -218,6 +272,8 @@ class FrozenLakeEnv(TextEnv):
             rr, cc = r + dr, c + dc
             if not (0 <= rr < len(self.desc) and 0 <= cc < len(self.desc[0])):
                 what = "edge"
+            elif self.target is not None and (rr, cc) == self.target and self.desc[rr][cc] != "G":
+                what = "target"
             else:
                 what = {"H": "hole", "G": "goal"}.get(self.desc[rr][cc], "ice")
             parts.append(f"{move}: {what}.")
@@ -225,7 +281,8 @@ class FrozenLakeEnv(TextEnv):
 
     def state_key(self) -> str:
         r, c = self.position
-        return f"{r},{c}" + (",done" if self.done else "")
+        target = "" if self.target is None else f",T{self.target[0]},{self.target[1]}"
+        return f"{r},{c}" + target + (",done" if self.done else "")
 
     def progress(self) -> float:
         """1 − Manhattan distance to the goal ÷ the grid's span; 0 in a hole (no way on from there)."""
@@ -237,11 +294,16 @@ class FrozenLakeEnv(TextEnv):
         for i, row in enumerate(self.desc):
             if "G" in row:
                 gr, gc = i, row.index("G")
+        if self.target is not None:  # a task's target instead of G; G itself ends the task unsolved
+            if self._lost():
+                return 0.0
+            gr, gc = self.target
         span = (n_rows - 1) + (n_cols - 1)
         return max(0.0, min(1.0, 1.0 - (abs(gr - r) + abs(gc - c)) / span))
 
     def expert_action(self) -> str | None:
-        """The first move of a shortest hole-free path to the goal (breadth-first search), or None."""
+        """The first move of a shortest hole-free path to the goal (breadth-first search), or None. In a
+        target-cell task: to the target, G counting as a hole when it is not the target."""
         if self._gym is None or self.done:
             return None
         n_rows, n_cols = len(self.desc), len(self.desc[0])
@@ -250,18 +312,26 @@ class FrozenLakeEnv(TextEnv):
         queue = deque([start])
         while queue:
             r, c = queue.popleft()
-            if self.desc[r][c] == "G":
+            if ((r, c) == self.target) if self.target is not None else self.desc[r][c] == "G":
                 return first[(r, c)]
             for move, (dr, dc) in zip(MOVES, ((0, -1), (1, 0), (0, 1), (-1, 0))):
                 nxt = (r + dr, c + dc)
-                if 0 <= nxt[0] < n_rows and 0 <= nxt[1] < n_cols and nxt not in first and self.desc[nxt[0]][nxt[1]] != "H":
+                if 0 <= nxt[0] < n_rows and 0 <= nxt[1] < n_cols and nxt not in first and self.desc[nxt[0]][nxt[1]] != "H" \
+                        and not (self.target is not None and self.desc[nxt[0]][nxt[1]] == "G" and nxt != self.target):
                     first[nxt] = first[(r, c)] or move
                     queue.append(nxt)
         return None
 
     # ---------------------------------------------------------------- step
     def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
-        return {"success": self.success, "valid_action": valid, "moves": moves}
+        info = {"success": self.success, "valid_action": valid, "moves": moves}
+        if self.task is not None:
+            info.update(task_id=self.task.id, intent=self.task.intent, level=self.task.level)
+        return info
+
+    def reference_text(self) -> str:
+        """A synthesized task's reference moves (what an LLM judge compares with); empty for the game."""
+        return " ".join(self.task.solution) if self.task is not None else ""
 
     def step(self, action: str) -> StepResult:
         if self._gym is None:
@@ -281,6 +351,12 @@ class FrozenLakeEnv(TextEnv):
             executed.append(move)
             if self._gym.s == position and not self.slippery:
                 reward -= self.bump_penalty  # walked into the edge: a wasted move
+            if self.target is not None:  # a target-cell task: the target, or a hole / G that is not it
+                if self.success or self._lost():
+                    self.done = True
+                    reward += 1.0 if self.success else 0.0
+                    break
+                continue
             cell = self._cell()
             if cell in "GH":
                 self.done = True
@@ -297,10 +373,14 @@ class FrozenLakeEnv(TextEnv):
             snap["s"] = int(self._gym.s)
             snap["lastaction"] = self._gym.lastaction
             snap["rng"] = self._gym.np_random.bit_generator.state  # a fresh dict each call
+        if self.task is not None:
+            snap["task"] = self.task  # shared, never changed
         return snap
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         desc = list(snapshot["desc"])
+        self.task = snapshot.get("task")
+        self.target = None if self.task is None else (int(self.task.goal["target"][0]), int(self.task.goal["target"][1]))
         if not desc:
             self._gym, self.desc, self.done = None, [], False
             return
@@ -328,3 +408,78 @@ def _examples(k: int, hints: bool = False) -> list[tuple[str, str]]:
 
 
 FrozenLakeEnv.examples = _examples(1)
+
+
+# ---------------------------------------------------------------- self-questioning: target-cell tasks
+def target_task(task_id: str, seed: int, desc: list[str], target: tuple[int, int], moves: list[str],
+                instruction: str, split: str = "synth") -> Task:
+    """A FrozenLake task of ``tasks_file``: the map of training seed ``seed`` (its rows kept, so the task does
+    not depend on ``size``/``p_frozen``), the target cell (0-based row, column: the exact goal state, derived
+    from running the reference), the reference moves and the request. Intent ``reach_goal`` when the target
+    is G, else ``reach_cell`` (level 2 and 1)."""
+    r, c = int(target[0]), int(target[1])
+    goal_cell = desc[r][c] == "G"
+    return Task(id=task_id, split=split, level=2 if goal_cell else 1,
+                intent="reach_goal" if goal_cell else "reach_cell", instruction=instruction,
+                goal={"seed": int(seed), "map": list(desc), "target": [r, c]}, solution=list(moves))
+
+
+def _check_task(task: Task) -> None:
+    """A synthesized task must name a map, a safe target on it other than the start, and moves."""
+    goal = task.goal if isinstance(task.goal, dict) else {}
+    desc, target, seed = goal.get("map"), goal.get("target"), goal.get("seed")
+    ok = (isinstance(seed, int) and not isinstance(seed, bool) and isinstance(desc, list) and desc
+          and all(isinstance(row, str) and len(row) == len(desc[0]) for row in desc)
+          and isinstance(target, list) and len(target) == 2 and all(isinstance(x, int) for x in target)
+          and 0 <= target[0] < len(desc) and 0 <= target[1] < len(desc[0])
+          and desc[target[0]][target[1]] in "FG" and isinstance(task.solution, list)
+          and all(m in MOVES for m in task.solution))
+    if not ok:
+        raise ConfigError(f"frozenlake: task {task.id!r} is not a FrozenLake target task (goal needs seed, map "
+                          f"and a safe target [row, column]; solution a list of moves {', '.join(MOVES)})")
+
+
+def _split_tasks(split: Any, tasks_file: str) -> tuple[list[Task], bool]:
+    """The synthesized tasks a ``split`` plays (none without ``synth``) and whether it plays the ordinary game
+    too."""
+    parts = set(SPLITS) if split == "all" else set(str(split).split("+"))
+    if not isinstance(split, str) or not split or not parts <= set(SPLITS):
+        raise ConfigError(f"frozenlake option 'split' must be 'all' or one of {', '.join(SPLITS)}, or several "
+                          f"joined by '+' (e.g. 'train+synth'), got {split!r}")
+    ordinary = bool(parts & {"train", "test"})
+    if "synth" not in parts:
+        return [], True
+    if not tasks_file:
+        raise ConfigError(f"frozenlake: split={split!r} needs env.tasks_file=PATH (a tasks.jsonl written by "
+                          "selfevolve explore env.name=frozenlake)")
+    try:
+        tasks = [t for t in load_tasks(tasks_file) if t.split == "synth"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"frozenlake: cannot read tasks_file {tasks_file!r}: {e}") from None
+    if not tasks:
+        raise ConfigError(f"frozenlake: tasks_file {tasks_file!r} holds no tasks of split 'synth'")
+    for t in tasks:
+        _check_task(t)
+    return tasks, ordinary
+
+
+FROZENLAKE_PROFILE = EnvProfile(
+    name="frozenlake",
+    background=(
+        "A frozen lake drawn as a square grid of cells. The player starts on the top-left cell and moves one "
+        "cell at a time, left, down, right or up. Cells are safe ice, holes, or the goal G. Rows and columns "
+        "count from 1 at the top left."
+    ),
+    entities=(
+        Entity("cell", "one square of the lake: the start, safe ice, a hole or the goal G", ("row", "column", "kind")),
+        Entity("player", "the walker, standing on one cell", ("row", "column")),
+    ),
+    operations=tuple(Operation(m, f"move one cell {m.lower()}", (), True) for m in MOVES),
+    rules=("Falling into a hole ends the game.", "Moving off the grid keeps you in place.",
+           "Reaching the goal G ends the game."),
+    intents=("reach_cell", "reach_goal"),
+    extra={"task_preference": "reach cell (r, c): walk from the start to a named safe cell without falling into "
+                              "a hole; or reach the goal G",
+           "levels": {"1": "reach a safe cell", "2": "reach the goal G"}},
+)
+FrozenLakeEnv.profile = FROZENLAKE_PROFILE  # what self-questioning explores from (selfevolve/questioning/games.py)
