@@ -107,14 +107,16 @@ class ExplorationRecord:
 
 
 def explore(policy, builder, world_factory, *, explorations: int, steps: int, breadth_steps: int,
-            entities: str = "", seed: int = 0, first_seed: int = 0) -> list[ExplorationRecord]:
+            entities: str = "", seed: int = 0, first_seed: int = 0, exploration=Exploration) -> list[ExplorationRecord]:
     """``explorations`` batched explorations of ``steps`` turns each, sandboxes from training seeds
     ``first_seed``, ``first_seed + 1``, ...; ``builder`` should show a window of the last turns
-    (``history``). Sampling uses the policy's temperature with a generator seeded by ``seed``."""
+    (``history``). Sampling uses the policy's temperature with a generator seeded by ``seed``.
+    ``exploration``: the wrapper class, ``(world, breadth_steps, max_turns, entities)``; :class:`Exploration`
+    for tool worlds, ``games.GameExploration`` for FrozenLake."""
     from selfevolve.rollout.runner import rollout
     from selfevolve.types import Task
 
-    envs = [Exploration(world_factory(), breadth_steps, steps, entities) for _ in range(explorations)]
+    envs = [exploration(world_factory(), breadth_steps, steps, entities) for _ in range(explorations)]
     tasks = [Task(id=f"explore-{first_seed + i}", env=envs[0].name, seed=first_seed + i) for i in range(explorations)]
     gen = torch.Generator(device=policy.device).manual_seed(seed)
     rollout(policy, envs, tasks, builder, max_turns=steps, generator=gen, reuse_cache=builder.history is None)

@@ -21,6 +21,7 @@ from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
 from selfevolve.questioning.explore import explore
 from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.games import is_game, run_game_questioning
 from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
 from selfevolve.worlds.base import Task as WorldTask
 from selfevolve.worlds.base import save_tasks
@@ -32,9 +33,25 @@ def world_of(cfg):
 
     env_cls = resolve_env(cfg, None)
     if getattr(env_cls, "profile", None) is None:
-        raise SelfEvolveError(f"selfevolve explore needs a world with a profile (env.name=shop or tables); "
-                              f"{cfg.env.name!r} has none")
+        raise SelfEvolveError(f"selfevolve explore needs a world with a profile (env.name=shop, tables or "
+                              f"frozenlake); {cfg.env.name!r} has none")
     return env_cls
+
+
+def fresh_out(folder: str) -> Path:
+    """The output folder, created, with the files of an earlier run removed: its files describe one run."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("explorations.jsonl", "llm_calls.jsonl", "tasks.jsonl", "report.json"):
+        (out / name).unlink(missing_ok=True)
+    return out
+
+
+def save_explorations(out: Path, records) -> None:
+    """``explorations.jsonl``: every exploration, every turn."""
+    with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")
 
 
 def diversity(queries: list[str]) -> float:
@@ -48,12 +65,11 @@ def run_questioning(cfg, console=None) -> dict:
 
     q = cfg.questioning
     env_cls = world_of(cfg)
+    if is_game(env_cls):  # FrozenLake: "reach cell (r, c)" tasks (games.py)
+        return run_game_questioning(cfg, env_cls, console)
     profile = env_cls.profile
     options = {**cfg.env.options(), "split": "train"}  # sandboxes are training seeds
-    out = Path(q.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("explorations.jsonl", "llm_calls.jsonl", "tasks.jsonl", "report.json"):
-        (out / name).unlink(missing_ok=True)  # one run per folder: its files describe one run
+    out = fresh_out(q.out)
 
     policy = build_policy(cfg)
     world = make_env(env_cls, **options)
@@ -63,9 +79,7 @@ def run_questioning(cfg, console=None) -> dict:
     entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
     records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
                       steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed)
-    with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")
+    save_explorations(out, records)
 
     # ---- writing -----------------------------------------------------------------------------------------
     llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
