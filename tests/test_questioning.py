@@ -135,4 +135,4 @@ def test_explore_pipeline_end_to_end(tmp_path):
     assert json.loads((out / "report.json").read_text()) == report
     assert (out / "tasks.jsonl").read_text() == "" if report["kept"] == 0 else True
     with pytest.raises(SelfEvolveError, match="profile"):
-        run_questioning(load_config(overrides=[*TINY, "env.name=frozenlake", f"questioning.out={out}"]))
+        run_questioning(load_config(overrides=[*TINY, "env.name=sokoban", f"questioning.out={out}"]))
