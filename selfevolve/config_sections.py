@@ -289,7 +289,7 @@ class QuestioningConfig(_Section):
 
     explorations: int = Field(16, ge=1, description="Explorations, run as one batch (sandboxes: training seeds "
                               "0, 1, ...).")
-    steps: int = Field(8, ge=1, description="Tool calls per exploration.")
+    steps: int = Field(8, ge=1, description="Tool calls (FrozenLake: answers) per exploration.")
     breadth_steps: int = Field(4, ge=0, description="First calls of an exploration that are nudged towards "
                                "operations not used yet (breadth); later ones chain results into inputs (depth).")
     window: int = Field(3, ge=1, description="Myopic window: the explorer sees its last this-many turns.")
@@ -376,7 +376,8 @@ class EvalConfig(_Section):
     env: dict[str, Any] | None = Field(
         None,
         description="Environment options for evaluation only, merged onto env.<option> (e.g. eval.env.split=test). "
-        "null: automatic, split=test for environments that have a split (the tool worlds), else the training "
+        "null: automatic, split=test for environments that have a split (the tool worlds; FrozenLake, where test is "
+        "the ordinary game), else the training "
         "options. {} evaluates with exactly the training options.",
     )
 

@@ -165,7 +165,8 @@ def test_writer_prompt_and_parsing():
     messages = writer_messages(FROZENLAKE_PROFILE, "P _\n_ G", "1. Right\n   Result: row 1, column 2: ice", [], 2)
     assert "FrozenLake" not in json.dumps(WRITER_EXAMPLE) and "Right" not in json.dumps(WRITER_EXAMPLE)
     assert "Left, Down, Right, Up" in messages[-1]["content"] and "P _\n_ G" in messages[-1]["content"]
-    found = parse_tasks('[{"query": "Go to row 1, column 2", "confidence": 0.7, "action_sequence": ["Right"]}]')
+    found = parse_tasks('[{"query": "Go to row 1, column 2", "confidence": 0.7, "action_sequence": ["Right"]}]',
+                        bare_steps=True)
     assert found == [{"query": "Go to row 1, column 2", "confidence": 0.7,
                       "action_sequence": [{"name": "Right", "arguments": {}}]}]
 

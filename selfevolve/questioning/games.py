@@ -310,7 +310,7 @@ def run_game_questioning(cfg, env_cls, console=None) -> dict:
             replies = llm.chat([writer_messages(profile, boards.reset(r.seed), r.text(), earlier,
                                                 q.tasks_per_exploration) for r in batch], purpose="write_tasks")
             for r, reply in zip(batch, replies):
-                found = parse_tasks(reply)
+                found = parse_tasks(reply, bare_steps=True)
                 if found is None:
                     counts_unparseable += 1
                     continue

@@ -52,11 +52,12 @@ def writer_messages(profile, exploration_text: str, earlier: list[str], n: int, 
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def parse_tasks(text: str) -> list[dict[str, Any]] | None:
+def parse_tasks(text: str, bare_steps: bool = False) -> list[dict[str, Any]] | None:
     """The task objects of a writer's reply, or None when it holds no JSON list/object. Kept fields: ``query``
     (string), ``confidence`` (number in [0, 1], 0.5 when missing), ``action_sequence`` (the well-formed
-    ``{"name", "arguments"}`` steps — a bare string step, a game's move such as ``"Right"``, becomes
-    ``{"name": "Right", "arguments": {}}``; may come out empty, which the empty-reference filter counts)."""
+    ``{"name", "arguments"}`` steps; with ``bare_steps`` (a game's moves) a string step such as ``"Right"``
+    becomes ``{"name": "Right", "arguments": {}}``, otherwise it is dropped; may come out empty, which the
+    empty-reference filter counts)."""
     data = parse_json_list(text)
     if data is None:
         return None
@@ -70,7 +71,8 @@ def parse_tasks(text: str) -> list[dict[str, Any]] | None:
         seq = d.get("action_sequence") if isinstance(d.get("action_sequence"), list) else []
         calls = [{"name": s["name"], "arguments": s.get("arguments") if isinstance(s.get("arguments"), dict) else {}}
                  if isinstance(s, dict) else {"name": s, "arguments": {}}
-                 for s in seq if isinstance(s, str) or isinstance(s, dict) and isinstance(s.get("name"), str)]
+                 for s in seq if isinstance(s, dict) and isinstance(s.get("name"), str)
+                 or bare_steps and isinstance(s, str)]
         out.append({"query": " ".join(d["query"].split()), "confidence": conf, "action_sequence": calls})
     return out or None
 
