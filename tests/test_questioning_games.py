@@ -10,7 +10,7 @@ from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, EXAMPLE_QUERY, WRITER_EXAMPLE, GameExploration,
-                                          check, execute, lake, named_target, reached, template_tasks,
+                                          check, execute, named_target, reached, template_tasks,
                                           writer_messages)
 from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import parse_tasks
@@ -162,7 +162,8 @@ def test_execution_filter_replays_the_reference_on_a_fresh_lake():
 
 
 def test_writer_prompt_and_parsing():
-    messages = writer_messages(FROZENLAKE_PROFILE, "P _\n_ G", "1. Right\n   Result: row 1, column 2: ice", [], 2)
+    messages = writer_messages(FROZENLAKE_PROFILE, "P _\n_ G", "1. Right\n   Result: row 1, column 2: ice", [], 2, 5)
+    assert "at most 5 moves" in messages[-1]["content"]
     assert "FrozenLake" not in json.dumps(WRITER_EXAMPLE) and "Right" not in json.dumps(WRITER_EXAMPLE)
     assert "Left, Down, Right, Up" in messages[-1]["content"] and "P _\n_ G" in messages[-1]["content"]
     found = parse_tasks('[{"query": "Go to row 1, column 2", "confidence": 0.7, "action_sequence": ["Right"]}]',

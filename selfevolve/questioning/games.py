@@ -137,11 +137,13 @@ WRITER_EXAMPLE = (
 EXAMPLE_QUERY = json.loads(WRITER_EXAMPLE[1]["content"])[0]["query"]
 
 
-def writer_messages(profile, board: str, exploration_text: str, earlier: list[str], n: int) -> list[dict]:
+def writer_messages(profile, board: str, exploration_text: str, earlier: list[str], n: int,
+                    max_moves: int = 8) -> list[dict]:
     """The writer's prompt for one exploration of a lake: the game, its map, earlier tasks, what was found."""
     parts = [f"Game: {profile.background}", "Moves: " + ", ".join(o.name for o in profile.operations),
              "Rules: " + " ".join(profile.rules),
-             f"Write {n} task{'s' if n > 1 else ''}, each reaching a different cell of the exploration.",
+             f"Write {n} task{'s' if n > 1 else ''}, each reaching a different cell of the exploration in at "
+             f"most {max_moves} moves.",
              f"Map (P is the player at the start, _ ice, O a hole, G the goal):\n{board}"]
     if earlier:
         parts.append("Tasks already written (write different ones):\n" + "\n".join(f"- {q}" for q in earlier[-10:]))
@@ -308,7 +310,8 @@ def run_game_questioning(cfg, env_cls, console=None) -> dict:
             batch = useful[start:start + llm.batch_size]
             earlier = [t["query"] for _, t in candidates]
             replies = llm.chat([writer_messages(profile, boards.reset(r.seed), r.text(), earlier,
-                                                q.tasks_per_exploration) for r in batch], purpose="write_tasks")
+                                                q.tasks_per_exploration, world.max_turns * world.moves_per_turn)
+                                for r in batch], purpose="write_tasks")
             for r, reply in zip(batch, replies):
                 found = parse_tasks(reply, bare_steps=True)
                 if found is None:
