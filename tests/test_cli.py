@@ -116,7 +116,7 @@ def test_train_unknown_env(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["env.name=frozenlake"], ["explore needs a world with a profile", "shop", "tables"]),
+    (["env.name=sokoban"], ["explore needs a world with a profile", "shop", "tables"]),
     (["questioning.explorationz=3"], ["'questioning.explorationz'", "explorations", "breadth_steps"]),
     (["env.name=shop", "questioning.writer=magic"], ["questioning.writer", "'llm'", "'template'"]),
 ])
