@@ -62,7 +62,8 @@ def test_eval_env_options_default_to_the_test_split_for_worlds_only():
     assert eval_env_options(ShopEnv, {"level": 2}, None) == {"level": 2, "split": "test"}
     assert eval_env_options(ShopEnv, {"split": "train"}, {}) == {"split": "train"}  # {}: exactly training's
     assert eval_env_options(TablesEnv, {"level": 1}, {"split": "all", "level": 2}) == {"split": "all", "level": 2}
-    assert eval_env_options(FrozenLakeEnv, {"size": 3}, None) == {"size": 3}  # seeds are its held-out tasks
+    # FrozenLake has a split too (synthesized tasks); its test split is the ordinary game: seeds are its held-out tasks
+    assert eval_env_options(FrozenLakeEnv, {"size": 3}, None) == {"size": 3, "split": "test"}
 
 
 def test_eval_env_is_validated_like_env_options():
