@@ -304,6 +304,8 @@ def test_training_with_navigation_end_to_end(tmp_path):
     assert 0 <= final["eval/success"] <= 1
     calls = [json.loads(x) for x in (out / "llm_calls.jsonl").read_text().splitlines()]
     assert [c["step"] for c in calls] == [1, 2] and {c["purpose"] for c in calls} == {"extract"}  # no intents
+    # the extractor is told the game's rules before the board (a board alone does not say what G is)
+    assert calls[0]["messages"][-1]["content"].startswith("Task: FrozenLake: you are P on a frozen lake.")
 
 
 # ---- accumulation and extraction ----------------------------------------------------------------------------

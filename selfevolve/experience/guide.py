@@ -22,6 +22,7 @@ from selfevolve.experience.pool import FILE, ExperiencePool
 from selfevolve.experience.recall import Query, SeerRecall, Weights
 from selfevolve.experience.records import history_text, tool_sequence, trajectory_item
 from selfevolve.models.llm import LLM
+from selfevolve.rewards.judge import game_rules
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -102,6 +103,7 @@ class Experience:
         self.llm = LLM(self.x.llm, policy, log_dir=out_dir, max_new_tokens=self.x.llm_max_new_tokens,
                        dtype=cfg.model.dtype, seed=cfg.seed, api=cfg.llm_api)
         self.intents = declared_intents(env_cls)
+        self.rules = game_rules(make_env(env_cls, **env_opts))  # what the extractor is told of a game
         self.rng = random.Random(f"experience-{cfg.seed}")
         self.recall_seconds, self.recall_turns = 0.0, 0
 
@@ -173,7 +175,8 @@ class Experience:
                 query = members[0].flags.get("query", "")
                 succ = [history_text(query, t.steps) for t in members if t.success]
                 fail = [history_text(query, t.steps) for t in members if not t.success]
-                todo.append((query, succ, fail))
+                # a game's task is its rules, then the start (the board alone does not say what the goal is)
+                todo.append((f"{self.rules}\nStart:\n{query}" if self.rules else query, succ, fail))
             metrics.update(nav.extract(self.llm, self.pool, todo, step, self.x.dedup))
         metrics["experience/pool_trajectories"] = float(self.pool.count("trajectory"))
         metrics["experience/pool_insights"] = float(self.pool.count("insight"))
