@@ -8,7 +8,8 @@ import pytest
 
 from selfevolve.envs import make_env
 from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, game_rules, judge,
-                                      judge_messages, judge_trajectories, parse_reward, to_band)
+                                      judge_messages, judge_trajectories, parse_reward, parse_verdict,
+                                      to_band)
 from selfevolve.config import load_config
 from selfevolve.errors import ConfigError
 from selfevolve.types import Step, Task, Trajectory
@@ -54,6 +55,33 @@ def test_parse_reward_garbage_and_out_of_range(text):
     assert parse_reward(text) is None
 
 
+@pytest.mark.parametrize("text, expected", [
+    # SmolLM2-135M's FrozenLake judgements, verbatim openings: a verdict, then a loop, never a score
+    ("The goal was not reached. The action was not done. The goal was not reached.", 0),
+    ("The goal was reached. The action was completed. The action was completed.", 60),
+    ("The task has been completed successfully.", 60),
+    ("The request was never fulfilled.", 0),
+    ("The goal was reached. Later: the goal was not reached.", 60),  # the first verdict decides
+])
+def test_parse_verdict_reads_a_verdict_in_words(text, expected):
+    assert parse_reward(text) is None and parse_verdict(text) == expected
+
+
+@pytest.mark.parametrize("text", ["The attempt was fine.", "The ice is melting.", "nonsense", "",
+                                  "The goal is to reach the goal."])
+def test_parse_verdict_needs_an_outcome(text):
+    assert parse_verdict(text) is None
+
+
+def test_judge_scores_a_verdict_without_retrying():
+    llm = ScriptedLLM(["The goal was reached. The goal was reached.", "The goal was not reached.", "hmm"],
+                      ["<reward>30</reward>"])
+    scores, stats = judge(llm, [("a", None, "x"), ("b", None, "y"), ("c", None, "z")])
+    assert scores == [0.6, 0.0, 0.3]
+    assert stats["judge/verdict"] == 2 and stats["judge/malformed"] == 1 and stats["judge/retried"] == 1
+    assert stats["judge/fallback"] == 0
+
+
 def test_to_band_by_hand():
     assert [to_band(s) for s in (0, 40, 41, 50, 51, 59, 60, 100)] == [0, 40, 40, 40, 60, 60, 60, 100]
     assert to_band(-3) == 0 and to_band(130) == 100
@@ -85,7 +113,7 @@ def test_judge_retry_and_fallback():
     scores, stats = judge(llm, items)
     assert scores == [0.85, 0.0, 0.4]  # 45 lies in the gap: moved to 40; the unreadable one scores 0
     assert stats == {"judge/calls": 4, "judge/malformed": 1, "judge/retried": 1, "judge/fallback": 1,
-                     "judge/mean": pytest.approx(1.25 / 3), "judge/achieved": pytest.approx(1 / 3)}
+                     "judge/verdict": 0, "judge/mean": pytest.approx(1.25 / 3), "judge/achieved": pytest.approx(1 / 3)}
     assert [p for p, _ in llm.calls] == ["judge", "judge_retry"]
     retry = llm.calls[1][1][0]
     # The retry is the malformed item's conversation, its bad reply, and the format asked for again.

@@ -8,10 +8,12 @@ steps. Scores fall in **bands**: achieved 60–100, not achieved 0–40, never 4
 gap anyway is moved to the nearer band edge (:func:`to_band`). The reward is band(score)/100 in [0, 1].
 
 The reply ends with ``<reward>N</reward>``; :func:`parse_reward` also reads a few looser forms small models
-write. A reply with no readable score is malformed: retried once (by default) in one batch, with the bad
-reply shown and the format asked for again (greedy decoding would repeat a verbatim retry word for word);
-still malformed, it is scored 0 — "not achieved", the rule that never rewards an unreadable judgement — and
-counted (``judge/fallback``). Never an exception.
+write. A reply without a score but with a verdict in words (:func:`parse_verdict`: "the goal was (not)
+reached") is scored at the edge of its band, 60 or 0, and counted (``judge/verdict``): SmolLM2-135M judged
+every FrozenLake episode that way and then looped, never writing a score. A reply with neither is malformed:
+retried once (by default) in one batch, with the bad reply shown and the format asked for again (greedy
+decoding would repeat a verbatim retry word for word); still malformed, it is scored 0 — "not achieved", the
+rule that never rewards an unreadable judgement — and counted (``judge/fallback``). Never an exception.
 
 :func:`agreement` compares the judge with a verifier where both exist (accuracy, confusion table, Cohen's κ).
 """
@@ -46,12 +48,16 @@ JUDGE_EXAMPLE = (
 RETRY_ASK = "Answer again with only the score, written as <reward>N</reward> with N from 0 to 100."
 MAX_EPISODE_CHARS = 2400  # a longer episode keeps its start and its end (where the outcome is)
 FALLBACK_SCORE = 0  # the score of a reply still unreadable after the retries: "not achieved"
+VERDICT_SCORES = {True: 60, False: 0}  # a verdict in words without a score: the edge of its band
 ACHIEVED = 0.6  # the lower edge of the achieved band, as a reward in [0, 1]
 
 _TAG = re.compile(r"<reward>\s*(-?\d+)\s*</reward>", re.I)
 _LABELLED = re.compile(r"\b(?:reward|score)\s*[:=]\s*(-?\d+)\b", re.I)
 _OUT_OF_100 = re.compile(r"(?<![\d.])(-?\d+)\s*/\s*100\b")
 _LONE = re.compile(r"\s*(-?\d+)\s*\.?\s*")
+# "The goal was not reached.", "the task has been completed": a subject, a few words at most, a verb of outcome
+_VERDICT = re.compile(r"\b(?:goal|task|request|objective)\b[^.!?\n]{0,40}?\b(?:was|is|has been|were)\s+"
+                      r"(not\s+|never\s+)?(?:reached|achieved|completed|accomplished|met|fulfilled|solved)\b", re.I)
 
 
 def _cut(text: str) -> str:
@@ -85,6 +91,25 @@ def parse_reward(text: str) -> int | None:
     return _score(m.group(1)) if m else None
 
 
+def parse_verdict(text: str) -> int | None:
+    """The score of a reply that states its verdict in words but gives no number: the first "the goal was
+    (not) reached/achieved/completed..." decides, scored :data:`VERDICT_SCORES` (60 achieved, 0 not). None when
+    the reply has no such sentence (or is too long to read)."""
+    if too_long(text):
+        return None
+    m = _VERDICT.search(text)
+    return None if m is None else VERDICT_SCORES[m.group(1) is None]
+
+
+def read_score(text: str) -> tuple[int | None, bool]:
+    """A reply's score: :func:`parse_reward`, else :func:`parse_verdict`; and whether the verdict decided."""
+    score = parse_reward(text)
+    if score is not None:
+        return score, False
+    verdict = parse_verdict(text)
+    return verdict, verdict is not None
+
+
 def _score(digits: str) -> int | None:
     """An integer text in 0–100, else None. Checked by length first: a model may write thousands of digits,
     and int() of 4,300 or more raises."""
@@ -115,6 +140,7 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
     """Scores in [0, 1] (band(score)/100) of ``items`` = ``(query, reference, episode_text)``, and counts:
     ``judge/calls`` (conversations sent, retries included), ``judge/malformed`` (items whose first reply was
     unreadable), ``judge/retried`` (retry conversations sent), ``judge/fallback`` (items scored by the rule),
+    ``judge/verdict`` (items scored from a verdict in words, :func:`parse_verdict`),
     ``judge/mean`` and ``judge/achieved`` (share in the achieved band); with an ``openai:MODEL`` judge also
     ``judge/api_retries`` (requests retried after a timeout or server error: a flaky server shows in the curves)."""
     if not items:
@@ -122,7 +148,9 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
     retries_before = llm.retries if getattr(llm, "remote", None) is not None else None
     convs = [judge_messages(*it) for it in items]
     replies = llm.chat(convs, purpose="judge", max_new_tokens=max_new_tokens)
-    raw: list[int | None] = [parse_reward(r) for r in replies]
+    read = [read_score(r) for r in replies]
+    raw: list[int | None] = [score for score, _ in read]
+    by_verdict = [v for _, v in read]
     malformed = sum(r is None for r in raw)
     calls, retried = len(convs), 0
     for _ in range(max(0, retries)):
@@ -133,12 +161,13 @@ def judge(llm, items: list[tuple[str, str | None, str]], retries: int = 1, max_n
         again = [[*convs[i], {"role": "assistant", "content": replies[i]}, {"role": "user", "content": RETRY_ASK}]
                  for i in bad]
         for i, reply in zip(bad, llm.chat(again, purpose="judge_retry", max_new_tokens=max_new_tokens)):
-            replies[i], raw[i] = reply, parse_reward(reply)
+            replies[i] = reply
+            raw[i], by_verdict[i] = read_score(reply)
         calls, retried = calls + len(bad), retried + len(bad)
     fallback = sum(r is None for r in raw)
     scores = [to_band(FALLBACK_SCORE if r is None else r) / 100 for r in raw]
     stats = {"judge/calls": calls, "judge/malformed": malformed, "judge/retried": retried,
-             "judge/fallback": fallback, "judge/mean": sum(scores) / len(scores),
+             "judge/fallback": fallback, "judge/verdict": sum(by_verdict), "judge/mean": sum(scores) / len(scores),
              "judge/achieved": sum(map(achieved, scores)) / len(scores)}
     if retries_before is not None:
         stats["judge/api_retries"] = llm.retries - retries_before
