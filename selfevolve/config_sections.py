@@ -35,7 +35,8 @@ class ModelConfig(_Section):
     init_from: str | None = Field(
         None,
         description="Start from the adapter of this run or checkpoint folder (e.g. a shared warm start) "
-        "instead of a fresh one; its value head is loaded too when both have one.",
+        "instead of a fresh one; its value head is loaded too when both have one. selfevolve explore explores "
+        "with it.",
     )
 
 

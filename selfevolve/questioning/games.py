@@ -277,7 +277,7 @@ def run_game_questioning(cfg, env_cls, console=None) -> dict:
     from selfevolve.questioning.explore import explore
     from selfevolve.questioning.pipeline import diversity, fresh_out, save_explorations
     from selfevolve.questioning.synthesize import parse_tasks
-    from selfevolve.train.trainer import build_policy, build_prompt
+    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
     from selfevolve.worlds.base import save_tasks
 
     q, profile = cfg.questioning, env_cls.profile
@@ -287,6 +287,7 @@ def run_game_questioning(cfg, env_cls, console=None) -> dict:
                               "replay the same way")
     out = fresh_out(q.out)
     policy = build_policy(cfg)
+    load_init_adapter(cfg, policy)  # model.init_from: explore with a trained adapter
     world = make_env(env_cls, **options)
     builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
     say = console.print if console is not None else (lambda *a, **k: None)

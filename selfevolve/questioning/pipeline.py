@@ -61,7 +61,7 @@ def diversity(queries: list[str]) -> float:
 
 
 def run_questioning(cfg, console=None) -> dict:
-    from selfevolve.train.trainer import build_policy, build_prompt
+    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
 
     q = cfg.questioning
     env_cls = world_of(cfg)
@@ -72,6 +72,7 @@ def run_questioning(cfg, console=None) -> dict:
     out = fresh_out(q.out)
 
     policy = build_policy(cfg)
+    load_init_adapter(cfg, policy)  # model.init_from: explore with a trained adapter
     world = make_env(env_cls, **options)
     builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
     say = console.print if console is not None else (lambda *a, **k: None)

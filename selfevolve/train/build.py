@@ -41,6 +41,21 @@ def build_policy(cfg: Config, critic: bool = False) -> Policy:
     return policy
 
 
+def load_init_adapter(cfg: Config, policy: Policy) -> bool:
+    """``model.init_from``: load another run's adapter (its latest checkpoint) into ``policy``; whether one was
+    loaded. The trainer's new runs start from it, and ``selfevolve explore`` explores with it (the agent being
+    trained, as AgentEvolver explores)."""
+    if not cfg.model.init_from:
+        return False
+    from selfevolve.train.checkpoint import MODEL_FILES, find_checkpoint, load_checkpoint, refusing
+
+    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
+    data = load_checkpoint(ckpt, with_optimizer=False)
+    with refusing(ckpt / "adapter.safetensors"):
+        policy.load_adapter_state(data["adapter"], value_head="optional")
+    return True
+
+
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
     return PromptBuilder(
         policy.tokenizer,

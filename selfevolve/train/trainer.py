@@ -43,9 +43,9 @@ from selfevolve.rollout.collect import make_rollouts
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.build import CRITICS, build_policy, build_prompt, resolve_env  # noqa: F401 - re-exported
-from selfevolve.train.checkpoint import (MODEL_FILES, NoCheckpoint, find_checkpoint, load_checkpoint, refusing,
-                                         save_checkpoint)
+from selfevolve.train.build import (CRITICS, build_policy, build_prompt, load_init_adapter,  # noqa: F401
+                                    resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
+from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_checkpoint, refusing, save_checkpoint
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
@@ -101,11 +101,8 @@ class Trainer:
         init_out_dir(self.cfg, self.out_dir)
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
-        elif cfg.model.init_from:
-            ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
-            data = load_checkpoint(ckpt, with_optimizer=False)
-            with refusing(ckpt / "adapter.safetensors"):
-                self.policy.load_adapter_state(data["adapter"], value_head="optional")
+        else:
+            load_init_adapter(cfg, self.policy)  # model.init_from, if set
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
             for name in (*STEP_LOGS, POOL_FILE):
