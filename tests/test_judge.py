@@ -62,13 +62,17 @@ def test_parse_reward_garbage_and_out_of_range(text):
     ("The task has been completed successfully.", 60),
     ("The request was never fulfilled.", 0),
     ("The goal was reached. Later: the goal was not reached.", 60),  # the first verdict decides
+    # its shop judgements: the first outcome sentence decides
+    ("The water bottle was exchanged for 750ml, steel one. The attempt was not completed.", 0),
+    ("The return item returned 21.99. The attempt was not successful. The goal was not achieved.", 0),
+    ("The order was finished.\n\nThe goal was achieved. The attempt was not completed.", 60),
 ])
 def test_parse_verdict_reads_a_verdict_in_words(text, expected):
     assert parse_reward(text) is None and parse_verdict(text) == expected
 
 
 @pytest.mark.parametrize("text", ["The attempt was fine.", "The ice is melting.", "nonsense", "",
-                                  "The goal is to reach the goal."])
+                                  "The goal is to reach the goal.", "The goal was to return the Office Chair."])
 def test_parse_verdict_needs_an_outcome(text):
     assert parse_verdict(text) is None
 

@@ -9,7 +9,7 @@ gap anyway is moved to the nearer band edge (:func:`to_band`). The reward is ban
 
 The reply ends with ``<reward>N</reward>``; :func:`parse_reward` also reads a few looser forms small models
 write. A reply without a score but with a verdict in words (:func:`parse_verdict`: "the goal was (not)
-reached") is scored at the edge of its band, 60 or 0, and counted (``judge/verdict``): SmolLM2-135M judged
+reached", "the attempt was not successful") is scored at the edge of its band, 60 or 0, and counted (``judge/verdict``): SmolLM2-135M judged
 every FrozenLake episode that way and then looped, never writing a score. A reply with neither is malformed:
 retried once (by default) in one batch, with the bad reply shown and the format asked for again (greedy
 decoding would repeat a verbatim retry word for word); still malformed, it is scored 0 — "not achieved", the
@@ -55,9 +55,11 @@ _TAG = re.compile(r"<reward>\s*(-?\d+)\s*</reward>", re.I)
 _LABELLED = re.compile(r"\b(?:reward|score)\s*[:=]\s*(-?\d+)\b", re.I)
 _OUT_OF_100 = re.compile(r"(?<![\d.])(-?\d+)\s*/\s*100\b")
 _LONE = re.compile(r"\s*(-?\d+)\s*\.?\s*")
-# "The goal was not reached.", "the task has been completed": a subject, a few words at most, a verb of outcome
-_VERDICT = re.compile(r"\b(?:goal|task|request|objective)\b[^.!?\n]{0,40}?\b(?:was|is|has been|were)\s+"
-                      r"(not\s+|never\s+)?(?:reached|achieved|completed|accomplished|met|fulfilled|solved)\b", re.I)
+# "The goal was not reached.", "the task has been completed", "The attempt was not successful": a subject, a few
+# words at most, an outcome
+_VERDICT = re.compile(r"\b(?:goal|task|request|objective|attempt)\b[^.!?\n]{0,40}?\b(?:was|is|has been|were)\s+"
+                      r"(not\s+|never\s+)?(?:reached|achieved|completed|accomplished|met|fulfilled|solved|"
+                      r"successful)\b", re.I)
 
 
 def _cut(text: str) -> str:
