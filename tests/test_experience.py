@@ -351,6 +351,11 @@ def test_insight_parsing_validation_and_dedup(embedder):
     copied = {"when_to_use": "Booking something with a tool", "content": "Check it is available first, then "
               "give every required argument of the booking call."}  # the prompt's worked example, echoed
     assert not nav.valid_insight(copied) and not nav.valid_insight({**copied, "when_to_use": "walking on ice"})
+    # the paraphrase seen in a FrozenLake run: 13 of the content's 14 words shared, Jaccard 13/15 ≥ 0.6
+    near = {"when_to_use": "Booking the game", "content": "Check it is available first, then give every "
+            "required argument of the game call."}
+    assert not nav.valid_insight(near)
+    assert nav.valid_insight({"when_to_use": "a hole is below you", "content": "Move right instead of down."})
     assert nav.novel(np.array([[1.0, 0.0], [0.9, 0.436], [0.0, 1.0]]), np.zeros((0, 2)), 0.5) == [True, False, True]
 
     pool = ExperiencePool(":memory:", embedder)

@@ -24,6 +24,7 @@ import torch
 
 from selfevolve.experience.pool import NewItem
 from selfevolve.models.llm import parse_json_list
+from selfevolve.questioning.filters import jaccard
 
 EXTRACT_SYSTEM = (
     "You review an agent's attempts at a task and write down experience that helps with similar tasks. Answer "
@@ -84,17 +85,18 @@ def parse_insights(text: str) -> list[dict] | None:
 
 
 _EXAMPLE_INSIGHT = parse_json_list(EXTRACT_EXAMPLE[1]["content"])[0]
+COPY_JACCARD = 0.6  # a part this close to the worked example's is a copy, not an insight
 
 
 def valid_insight(ins: dict) -> bool:
     """Rules an insight must pass: both parts 8–400 characters, different from each other, and neither the
-    prompt's placeholder text nor the worked example's insight echoed back (SmolLM2-135M copied the example's
-    "booking" insight into FrozenLake runs)."""
+    prompt's placeholder text nor the worked example's insight echoed back, word for word or nearly (word-set
+    Jaccard ≥ ``COPY_JACCARD`` with either part of the example): SmolLM2-135M copied the example's "booking"
+    insight into FrozenLake runs, and later paraphrased it with one word swapped ("... of the game call")."""
     w, c = ins["when_to_use"], ins["content"]
     if not (8 <= len(w) <= 400 and 8 <= len(c) <= 400) or w.casefold() == c.casefold():
         return False
-    if any(part.casefold().strip(" .") in (_EXAMPLE_INSIGHT["when_to_use"].casefold().strip(" ."),
-                                           _EXAMPLE_INSIGHT["content"].casefold().strip(" .")) for part in (w, c)):
+    if any(jaccard(part, ex) >= COPY_JACCARD for part in (w, c) for ex in _EXAMPLE_INSIGHT.values()):
         return False
     return "the situation it applies to" not in w.casefold() and "what to do" != c.casefold().strip(" .")
 
