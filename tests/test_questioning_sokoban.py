@@ -110,6 +110,28 @@ def test_split_and_tasks_file_choose_the_episodes(tmp_path):
     assert make_env("sokoban", **options).reset(1_000_000) == SokobanEnv().reset(1_000_000)
 
 
+def test_the_oracle_measures_the_distance_to_a_tasks_goal(tmp_path):
+    """``reward.attribution=oracle`` on a synthesized task: BFS distance to the task's goal, not to a solved room."""
+    from selfevolve.rewards.oracle import Oracle
+    from selfevolve.types import Step, Task, Trajectory
+
+    path = tmp_path / "tasks.jsonl"
+    save_tasks([room_task("t", 0, SEED0, ["Up", "Up", "Right"], "Push the box to row 3, column 5.", boxes=[(2, 4)])],
+               str(path))
+    env = make_env("sokoban", split="synth", tasks_file=str(path))
+    traj = Trajectory(task=Task(id="t", env="sokoban", seed=5), group_id="g")
+    env.reset(5)
+    for a in ["Down", "Up", "Up", "Right"]:
+        key = env.state_key()
+        obs, reward, done, info = env.step(a)
+        traj.steps.append(Step(prompt_ids=[], action_ids=[], logprobs=[], action_text=a, observation=obs,
+                               reward=reward, done=done, valid=True, state_key=key, info=dict(info)))
+    labels = Oracle(make_env("sokoban", split="synth", tasks_file=str(path))).labels(traj)
+    assert [(x["label"], x["rationale"]) for x in labels] == [
+        ("BAD", "distance to the goal 3 -> 3"), ("GOOD", "distance to the goal 3 -> 2"),
+        ("GOOD", "distance to the goal 2 -> 1"), ("GOOD", "reached the goal")]
+
+
 def _trace(env, seeds, steps=12):
     """Each seed's first observation, then expert moves (even turns) and random answers (odd turns, some
     invalid): every observation, reward, done, info, state key and progress, hashed."""
