@@ -127,7 +127,7 @@ def eval_cmd(
         out.print(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}")
 
 
-EXPLORE_HELP = """Self-questioning: explore a tool world (or FrozenLake) with the policy, write training tasks from what it found,
+EXPLORE_HELP = """Self-questioning: explore a tool world (or FrozenLake, Sokoban) with the policy, write training tasks from what it found,
 keep those whose reference solution executes, and report what each filter removed. Options as for train
 (questioning.* keys; see `selfevolve train --help`), e.g.:
 

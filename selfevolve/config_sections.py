@@ -290,7 +290,7 @@ class QuestioningConfig(_Section):
 
     explorations: int = Field(16, ge=1, description="Explorations, run as one batch (sandboxes: training seeds "
                               "0, 1, ...).")
-    steps: int = Field(8, ge=1, description="Tool calls (FrozenLake: answers) per exploration.")
+    steps: int = Field(8, ge=1, description="Tool calls (FrozenLake, Sokoban: answers) per exploration.")
     breadth_steps: int = Field(4, ge=0, description="First calls of an exploration that are nudged towards "
                                "operations not used yet (breadth); later ones chain results into inputs (depth).")
     window: int = Field(3, ge=1, description="Myopic window: the explorer sees its last this-many turns.")

@@ -116,7 +116,7 @@ def test_train_unknown_env(tmp_path):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["env.name=sokoban"], ["explore needs a world with a profile", "shop", "tables"]),
+    (["env.name=sokoban", "env.dim_room=[4,4]"], ["sokoban option 'dim_room'", ">= 5"]),
     (["questioning.explorationz=3"], ["'questioning.explorationz'", "explorations", "breadth_steps"]),
     (["env.name=shop", "questioning.writer=magic"], ["questioning.writer", "'llm'", "'template'"]),
 ])

@@ -341,7 +341,8 @@ def test_make_env():
         "progress_reward": 1.0, "bump_penalty": 0.1, "hints": True, "split": "train", "tasks_file": "",
     }
     assert set(env_options(SokobanEnv)) == {
-        "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth",
+        "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth", "split",
+        "tasks_file",
     }
 
 

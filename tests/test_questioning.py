@@ -5,7 +5,7 @@ import json
 import pytest
 
 from selfevolve import Trainer, load_config
-from selfevolve.envs import make_env
+from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import (BREADTH_HINT, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord)
@@ -124,7 +124,7 @@ def test_split_option_takes_synthesized_tasks(tmp_path):
     assert 0.0 <= final["eval/success"] <= 1.0
 
 
-def test_explore_pipeline_end_to_end(tmp_path):
+def test_explore_pipeline_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "q"
     cfg = load_config(overrides=[*TINY, "env.name=shop", "questioning.explorations=2", "questioning.steps=2",
                                  "questioning.max_new_tokens=16", f"questioning.out={out}"])
@@ -134,5 +134,6 @@ def test_explore_pipeline_end_to_end(tmp_path):
     assert len(lines) == 2 and all(len(json.loads(x)["turns"]) == 2 for x in lines)
     assert json.loads((out / "report.json").read_text()) == report
     assert (out / "tasks.jsonl").read_text() == "" if report["kept"] == 0 else True
+    monkeypatch.setattr(SokobanEnv, "profile", None)  # a world without a profile (every built-in one has one)
     with pytest.raises(SelfEvolveError, match="profile"):
         run_questioning(load_config(overrides=[*TINY, "env.name=sokoban", f"questioning.out={out}"]))

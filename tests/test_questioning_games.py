@@ -5,7 +5,7 @@ import json
 import pytest
 
 from selfevolve import Trainer, load_config
-from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.envs import FrozenLakeEnv, SokobanEnv, make_env
 from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import ExplorationRecord
@@ -173,7 +173,7 @@ def test_writer_prompt_and_parsing():
 
 
 @pytest.mark.parametrize("writer", ["llm", "template"])
-def test_explore_frozenlake_end_to_end(tmp_path, writer):
+def test_explore_frozenlake_end_to_end(tmp_path, writer, monkeypatch):
     out = tmp_path / "q"
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "questioning.explorations=2", "questioning.steps=3",
                                  "questioning.max_new_tokens=16", f"questioning.writer={writer}",
@@ -186,6 +186,7 @@ def test_explore_frozenlake_end_to_end(tmp_path, writer):
     assert set(report["removed"]) == {"unparseable", "duplicate", "empty_reference", "held_out", "execution",
                                       "unverifiable"}
     assert len((out / "tasks.jsonl").read_text().splitlines()) == report["kept"]
+    monkeypatch.setattr(SokobanEnv, "profile", None)  # a world without a profile (every built-in one has one)
     with pytest.raises(SelfEvolveError, match="profile"):
         run_questioning(load_config(overrides=[*TINY, "env.name=sokoban", f"questioning.out={out}"]))
 

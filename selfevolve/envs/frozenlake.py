@@ -18,6 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from selfevolve.envs.base import StepResult, TextEnv
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
 from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
+from selfevolve.envs.game_tasks import task_for
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import too_long
 from selfevolve.worlds.base import Task
@@ -193,12 +194,7 @@ class FrozenLakeEnv(TextEnv):
 
     def task_for(self, seed: int) -> Task | None:
         """The synthesized task a seed starts, or None for the ordinary game on the seed's map."""
-        if not self.synth_tasks:
-            return None
-        seed = int(seed)
-        if not self.ordinary:
-            return self.synth_tasks[seed % len(self.synth_tasks)]
-        return self.synth_tasks[(seed // 2) % len(self.synth_tasks)] if seed % 2 else None
+        return task_for(self.synth_tasks, self.ordinary, seed)
 
     def play(self, task: Task) -> str:
         """Start a target-cell task: its map, the request line above the board, the target marked T."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from selfevolve.envs.game_tasks import split_tasks as game_split_tasks
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import SPLITS, Task, load_tasks
+from selfevolve.worlds.base import Task
 from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order
@@ -46,26 +47,8 @@ def _check_task(task: Task) -> None:
 
 def split_tasks(split: Any, tasks_file: str) -> tuple[list[Task], bool]:
     """The synthesized tasks a ``split`` plays (none without ``synth``) and whether it plays the ordinary game
-    too."""
-    parts = set(SPLITS) if split == "all" else set(str(split).split("+"))
-    if not isinstance(split, str) or not split or not parts <= set(SPLITS):
-        raise ConfigError(f"frozenlake option 'split' must be 'all' or one of {', '.join(SPLITS)}, or several "
-                          f"joined by '+' (e.g. 'train+synth'), got {split!r}")
-    ordinary = bool(parts & {"train", "test"})
-    if "synth" not in parts:
-        return [], True
-    if not tasks_file:
-        raise ConfigError(f"frozenlake: split={split!r} needs env.tasks_file=PATH (a tasks.jsonl written by "
-                          "selfevolve explore env.name=frozenlake)")
-    try:
-        tasks = [t for t in load_tasks(tasks_file) if t.split == "synth"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"frozenlake: cannot read tasks_file {tasks_file!r}: {e}") from None
-    if not tasks:
-        raise ConfigError(f"frozenlake: tasks_file {tasks_file!r} holds no tasks of split 'synth'")
-    for t in tasks:
-        _check_task(t)
-    return tasks, ordinary
+    too (``envs/game_tasks.py``, shared with Sokoban)."""
+    return game_split_tasks("frozenlake", split, tasks_file, _check_task)
 
 
 FROZENLAKE_PROFILE = EnvProfile(

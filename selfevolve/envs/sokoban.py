@@ -1,37 +1,28 @@
-"""Sokoban as a text world, with our own generator of rooms that are solvable by construction.
-
-Generation (deterministic per seed): carve a random connected floor inside walls, put the boxes on their
-targets and the player on a free cell, then play *backwards* for ``search_depth`` steps: the player walks and
-sometimes pulls the box behind it. Each backward step is the exact inverse of a legal forward move (a walk or
-a push), so the solved room is reachable from every state on the way. The start is the state on the way whose
-boxes moved farthest from their targets; when no box ever left its target, or the room is solved in fewer than
-``MIN_PLAN`` moves, the room is rejected and the generator draws again from the same seeded RNG.
-
-:func:`solve` is a breadth-first search over (player, boxes) states returning a shortest plan.
+"""Sokoban as a text world, in rooms of our own generator that are solvable by construction
+(``envs/sokoban_rooms.py``: the generator, the drawing and :func:`solve`, a breadth-first search over
+(player, boxes) states returning a shortest plan). With ``split`` holding ``synth`` the env plays the tasks
+self-questioning wrote (``envs/sokoban_tasks.py``).
 """
 
 from __future__ import annotations
 
-import random
-from collections import deque
-from typing import Any
+import copy
+from typing import Any, Callable
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import answer_format, error_line, parse_moves
+from selfevolve.envs.game_tasks import task_for
+# the rooms' helpers are re-exported for callers (``from selfevolve.envs.sokoban import solve``)
+from selfevolve.envs.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
+                                           parse_room, render_room, solve)
+from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
 from selfevolve.errors import ConfigError
-
-Pos = tuple[int, int]
-
-MOVES = ("Up", "Down", "Left", "Right")
-DELTAS: dict[str, Pos] = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
+from selfevolve.worlds.base import Task
 
 STEP_COST = -0.1
 BOX_ON = 1.0
 BOX_OFF = -1.0
 SOLVED = 10.0
-MIN_PLAN = 3  # generated rooms need at least this many moves when the generator can manage it
-
-_SYMBOLS = {"#", "_", "O", "X", "√", "P", "S"}
 
 # A fixed hand-written room for the few-shot examples (not generated from any seed).
 _EXAMPLE_ROOM = """\
@@ -41,179 +32,6 @@ _EXAMPLE_ROOM = """\
 # _ P _ _ #
 # _ _ _ _ #
 # # # # # #"""
-
-
-def _add(a: Pos, b: Pos) -> Pos:
-    return (a[0] + b[0], a[1] + b[1])
-
-
-def parse_room(text: str) -> dict[str, Any]:
-    """Parse a room drawn in the observation symbols (cells optionally separated by spaces).
-
-    Returns ``{"shape", "walls", "targets", "boxes", "player"}``; cells outside the drawing count as walls.
-    """
-    lines = [line.rstrip() for line in text.strip("\n").splitlines() if line.strip()]
-    rows = [line.split() if " " in line.strip() else list(line.strip()) for line in lines]
-    h, w = len(rows), max(len(r) for r in rows)
-    walls, targets, boxes, player = set(), set(), set(), None
-    for r, row in enumerate(rows):
-        for c in range(w):
-            ch = row[c] if c < len(row) else "#"
-            if ch not in _SYMBOLS:
-                raise ValueError(f"unknown Sokoban symbol {ch!r} at row {r}, column {c}")
-            if ch == "#":
-                walls.add((r, c))
-            if ch in "O√S":
-                targets.add((r, c))
-            if ch in "X√":
-                boxes.add((r, c))
-            if ch in "PS":
-                if player is not None:
-                    raise ValueError("a Sokoban room has exactly one player")
-                player = (r, c)
-    if player is None:
-        raise ValueError("a Sokoban room needs a player (P or S)")
-    if len(boxes) != len(targets) or not boxes:
-        raise ValueError(f"a Sokoban room needs as many boxes as targets (got {len(boxes)} and {len(targets)})")
-    return {"shape": (h, w), "walls": frozenset(walls), "targets": frozenset(targets), "boxes": set(boxes),
-            "player": player}
-
-
-def render_room(shape: Pos, walls, targets, boxes, player: Pos) -> str:
-    h, w = shape
-    rows = []
-    for r in range(h):
-        cells = []
-        for c in range(w):
-            p = (r, c)
-            if p in walls:
-                cells.append("#")
-            elif p == player:
-                cells.append("S" if p in targets else "P")
-            elif p in boxes:
-                cells.append("√" if p in targets else "X")
-            else:
-                cells.append("O" if p in targets else "_")
-        rows.append(" ".join(cells))
-    return "\n".join(rows)
-
-
-def generate_room(
-    seed: int, dim_room: Pos = (6, 6), num_boxes: int = 1, search_depth: int = 30, max_tries: int = 200
-) -> dict[str, Any]:
-    """A solvable room from ``seed`` (see the module docstring); same seed, same room."""
-    rng = random.Random(int(seed))
-    h, w = dim_room
-    interior = [(r, c) for r in range(1, h - 1) for c in range(1, w - 1)]
-    n_floor = max(num_boxes + 3, round(0.7 * len(interior)))
-    fallback = None
-    for _ in range(max_tries):
-        # 1. a random connected floor: a random walk inside the border walls
-        pos = rng.choice(interior)
-        floor = {pos}
-        while len(floor) < n_floor:
-            nxt = _add(pos, DELTAS[rng.choice(MOVES)])
-            if 1 <= nxt[0] <= h - 2 and 1 <= nxt[1] <= w - 2:
-                pos = nxt
-                floor.add(pos)
-        cells = sorted(floor)
-        # 2. boxes on their targets, the player on a free cell
-        picks = rng.sample(cells, num_boxes + 1)
-        targets = frozenset(picks[:-1])
-        boxes = set(targets)
-        player = picks[-1]
-        # 3. play backwards: walk, and pull the box behind the player with probability 0.8. Every state on
-        # the way is a valid start; keep the one whose boxes moved farthest from their own targets.
-        home = {b: b for b in boxes}  # box position -> the target it started on
-        best, best_score = None, 0
-        d = DELTAS[rng.choice(MOVES)]
-        for _ in range(search_depth):
-            if rng.random() < 0.5:  # keep going the same way half of the time: longer pulls
-                d = DELTAS[rng.choice(MOVES)]
-            nxt = _add(player, d)
-            if nxt not in floor or nxt in home:
-                continue
-            behind = (player[0] - d[0], player[1] - d[1])
-            if behind in home and rng.random() < 0.8:
-                home[player] = home.pop(behind)
-            player = nxt
-            off = sum(b not in targets for b in home)
-            score = off * sum(abs(b[0] - t[0]) + abs(b[1] - t[1]) for b, t in home.items())
-            if score >= best_score and score > 0:
-                best, best_score = (set(home), player), score
-        if best is None:
-            continue  # no box ever left its target: draw again
-        walls = frozenset((r, c) for r in range(h) for c in range(w) if (r, c) not in floor)
-        room = {"shape": (h, w), "walls": walls, "targets": targets, "boxes": best[0], "player": best[1]}
-        # 4. prefer rooms that are not one or two moves from solved (the plan is at most search_depth long)
-        n_moves = len(solve(room, max_depth=search_depth) or [])
-        if n_moves >= MIN_PLAN:
-            return room
-        if fallback is None or n_moves > fallback[0]:
-            fallback = (n_moves, room)
-    if fallback is not None:
-        return fallback[1]
-    raise ConfigError(
-        f"sokoban: could not generate a room with dim_room={dim_room}, num_boxes={num_boxes}, "
-        f"search_depth={search_depth}; use a larger room or fewer boxes"
-    )
-
-
-def solve(env_or_state: Any, max_depth: int = 100, max_states: int = 1_000_000) -> list[str] | None:
-    """Shortest list of moves that puts every box on a target, or None if none within ``max_depth``.
-
-    ``env_or_state`` is a :class:`SokobanEnv` (its current state), a room drawn in the observation symbols,
-    or a dict as returned by :func:`parse_room`. Breadth-first search over (player, boxes) states;
-    gives up (None) after ``max_states`` states.
-    """
-    if isinstance(env_or_state, SokobanEnv):
-        room = env_or_state.room_state()
-    elif isinstance(env_or_state, str):
-        room = parse_room(env_or_state)
-    else:
-        room = env_or_state
-    h, w = room["shape"]
-    walls, targets = room["walls"], frozenset(room["targets"])
-
-    def free(p: Pos) -> bool:
-        return 0 <= p[0] < h and 0 <= p[1] < w and p not in walls
-
-    start = (tuple(room["player"]), frozenset(map(tuple, room["boxes"])))
-    if start[1] == targets:
-        return []
-    parent: dict[Any, Any] = {start: None}
-    frontier = deque([(start, 0)])
-    while frontier:
-        state, depth = frontier.popleft()
-        if depth >= max_depth:
-            continue
-        player, boxes = state
-        for move in MOVES:
-            d = DELTAS[move]
-            nxt = _add(player, d)
-            if not free(nxt):
-                continue
-            new_boxes = boxes
-            if nxt in boxes:
-                beyond = _add(nxt, d)
-                if not free(beyond) or beyond in boxes:
-                    continue
-                new_boxes = (boxes - {nxt}) | {beyond}
-            child = (nxt, new_boxes)
-            if child in parent:
-                continue
-            parent[child] = (state, move)
-            if new_boxes == targets:
-                plan = []
-                node = child
-                while parent[node] is not None:
-                    node, m = parent[node]
-                    plan.append(m)
-                return plan[::-1]
-            if len(parent) >= max_states:
-                return None
-            frontier.append((child, depth + 1))
-    return None
 
 
 class SokobanEnv(TextEnv):
@@ -227,6 +45,19 @@ class SokobanEnv(TextEnv):
             summed, and they stop when the room is solved.
         invalid_penalty: reward subtracted for an unparseable answer (which changes nothing).
         search_depth: backward-play steps of the generator (more steps: harder rooms).
+        split: which episodes ``reset(seed)`` starts. ``train`` and ``test`` (the default, and what evaluation
+            switches to) are the ordinary game: the room of the seed, every box onto a target. ``synth``: the
+            room tasks of ``tasks_file`` (written by ``selfevolve explore``, ``envs/sokoban_tasks.py``), task
+            ``seed % n``. ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
+        tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
+            holds ``synth``.
+
+    A synthesized task names a room (its seed and its rows), a goal and reference moves. Its first observation
+    is the request line (``Request: ...``) above the room, which marks the named cells ``T`` while nothing
+    stands on them. The episode is solved when the goal is reached: you on the named cell (the boxes anywhere),
+    or the boxes exactly on the named cells (you anywhere); then it ends with +10. Moves cost the step as
+    usual; the +1/-1 for a box onto/off a target count only when the goal is every box on a target (for other
+    goals a target is just a cell), and a room solved on the way does not end a task whose goal is another.
 
     Observation: the room, one row per line, cells separated by a space: ``#`` wall, ``_`` floor,
     ``O`` target, ``X`` box, ``√`` box on a target, ``P`` player, ``S`` player on a target.
@@ -252,6 +83,8 @@ class SokobanEnv(TextEnv):
         moves_per_turn: int = 1,
         invalid_penalty: float = 0.1,
         search_depth: int = 30,
+        split: str = "train",
+        tasks_file: str = "",
     ):
         def integer(key: str, value: Any, low: int) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -274,7 +107,16 @@ class SokobanEnv(TextEnv):
         self.instructions = type(self).instructions.replace(
             answer_format(MOVES, 1), answer_format(MOVES, self.moves_per_turn)
         )
+        self.split, self.tasks_file = split, str(tasks_file or "")
+        self.synth_tasks, self.ordinary = split_tasks(split, self.tasks_file)
+        if self.synth_tasks:
+            self.instructions = self.instructions.replace(
+                answer_format(MOVES, self.moves_per_turn),
+                "A request above the room may ask for something else instead: you standing on a cell, or a box "
+                "pushed onto a cell, marked T. Then only that counts. " + answer_format(MOVES, self.moves_per_turn))
         self.examples = _examples(self.moves_per_turn)
+        self.task: Task | None = None  # the synthesized task being played (None: the ordinary game)
+        self.marks: frozenset[Pos] = frozenset()
         self.shape: Pos = (h, w)
         self.walls: frozenset[Pos] = frozenset()
         self.targets: frozenset[Pos] = frozenset()
@@ -284,9 +126,28 @@ class SokobanEnv(TextEnv):
 
     # ---------------------------------------------------------------- setup
     def reset(self, seed: int) -> str:
-        """A generated room from ``seed`` (same seed, same room)."""
+        """A generated room from ``seed`` (same seed, same room). With ``split`` holding ``synth``, the seed may
+        pick a synthesized task instead (``envs/game_tasks.py``)."""
+        task = task_for(self.synth_tasks, self.ordinary, seed)
+        if task is not None:
+            return self.play(task)
         room = generate_room(seed, self.dim_room, self.num_boxes, self.search_depth)
         return self._set(room)
+
+    def play(self, task: Task) -> str:
+        """Start a room task: its room, the request line above it, the named cells marked T."""
+        self._set(parse_room("\n".join(task.goal["room"])))
+        player, boxes = goal_cells(task.goal)
+        self.task = task
+        self.marks = frozenset([player]) if player is not None else \
+            frozenset() if task.intent == "solve_room" else boxes
+        self.done = self.success
+        return f"Request: {task.instruction}\n{self.render()}"
+
+    def goal_test(self) -> Callable[[Pos, frozenset], bool] | None:
+        """A synthesized task's goal as ``test(player, boxes)`` (what :func:`solve` searches for); None for the
+        ordinary game (every box on a target)."""
+        return None if self.task is None else goal_test(self.task.goal)
 
     def load(self, text: str) -> str:
         """Start an episode in a room drawn in the observation symbols; returns the observation."""
@@ -299,6 +160,7 @@ class SokobanEnv(TextEnv):
         self.boxes = set(room["boxes"])
         self.player = tuple(room["player"])
         self.done = self.boxes == set(self.targets)
+        self.task, self.marks = None, frozenset()
         return self.render()
 
     def room_state(self) -> dict[str, Any]:
@@ -308,12 +170,14 @@ class SokobanEnv(TextEnv):
     # ---------------------------------------------------------------- state
     @property
     def success(self) -> bool:
+        if self.task is not None:
+            return goal_test(self.task.goal)(self.player, frozenset(self.boxes))
         return bool(self.targets) and self.boxes == set(self.targets)
 
     def render(self) -> str:
         if not self.targets:
             return ""
-        return render_room(self.shape, self.walls, self.targets, self.boxes, self.player)
+        return render_room(self.shape, self.walls, self.targets, self.boxes, self.player, self.marks)
 
     def expert_action(self) -> str | None:
         """The first move of a shortest solution (BFS), or None when solved or unsolvable."""
@@ -322,19 +186,32 @@ class SokobanEnv(TextEnv):
 
     def state_key(self) -> str:
         boxes = ";".join(f"{r},{c}" for r, c in sorted(self.boxes))
-        return f"P{self.player[0]},{self.player[1]}|B{boxes}"
+        key = f"P{self.player[0]},{self.player[1]}|B{boxes}"
+        if self.task is None:
+            return key
+        player, goal = goal_cells(self.task.goal)
+        aim = f"P{player[0]},{player[1]}" if player is not None else "B" + ";".join(f"{r},{c}" for r, c in sorted(goal))
+        return f"{key}|goal {aim}"
 
     def progress(self) -> float:
-        """Mean over boxes of 1 (on a target) or up to 0.5 for closeness to the nearest target."""
+        """Mean over boxes of 1 (on a target) or up to 0.5 for closeness to the nearest target. In a task, the
+        goal's cells stand for the targets; for a cell to stand on: 1 − your distance to it ÷ the room's span."""
         if not self.targets:
             return 0.0
         span = max(1, sum(self.shape) - 4)
+        aims = self.targets
+        if self.task is not None:
+            player, boxes = goal_cells(self.task.goal)
+            if player is not None:
+                dist = abs(self.player[0] - player[0]) + abs(self.player[1] - player[1])
+                return max(0.0, 1.0 - dist / span)
+            aims = boxes
         score = 0.0
         for b in self.boxes:
-            if b in self.targets:
+            if b in aims:
                 score += 1.0
             else:
-                dist = min(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t in self.targets)
+                dist = min(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t in aims)
                 score += 0.5 * max(0.0, 1.0 - dist / span)
         return min(1.0, score / len(self.boxes))
 
@@ -354,9 +231,10 @@ class SokobanEnv(TextEnv):
                 return reward
             self.boxes.remove(nxt)
             self.boxes.add(beyond)
-            if beyond in self.targets and nxt not in self.targets:
+            shaping = self.task is None or self.task.intent == "solve_room"  # a task's goal: targets are cells
+            if shaping and beyond in self.targets and nxt not in self.targets:
                 reward += BOX_ON
-            elif nxt in self.targets and beyond not in self.targets:
+            elif shaping and nxt in self.targets and beyond not in self.targets:
                 reward += BOX_OFF
         self.player = nxt
         if self.success:
@@ -383,7 +261,25 @@ class SokobanEnv(TextEnv):
         return StepResult(self.render(), round(reward, 10), self.done, self._info(True, executed))
 
     def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
-        return {"success": self.success, "valid_action": valid, "moves": moves}
+        info = {"success": self.success, "valid_action": valid, "moves": moves}
+        if self.task is not None:
+            info.update(task_id=self.task.id, intent=self.task.intent, level=self.task.level)
+        return info
+
+    def reference_text(self) -> str:
+        """A synthesized task's reference moves (what an LLM judge compares with); empty for the game."""
+        return " ".join(self.task.solution) if self.task is not None else ""
+
+    # ---------------------------------------------------------------- snapshots
+    def snapshot(self) -> dict[str, Any]:
+        """The state, deep-copied; the tasks (never changed) are shared, not copied."""
+        snap = copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("synth_tasks", "task")})
+        snap["task"] = self.task
+        return snap
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.__dict__.update(copy.deepcopy({k: v for k, v in snapshot.items() if k != "task"}))
+        self.task = snapshot.get("task")
 
 
 def _examples(k: int) -> list[tuple[str, str]]:
@@ -399,3 +295,6 @@ def _examples(k: int) -> list[tuple[str, str]]:
 
 
 SokobanEnv.examples = _examples(1)
+
+
+SokobanEnv.profile = SOKOBAN_PROFILE  # what self-questioning explores from (selfevolve/questioning/sokoban.py)

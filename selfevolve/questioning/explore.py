@@ -112,7 +112,8 @@ def explore(policy, builder, world_factory, *, explorations: int, steps: int, br
     ``first_seed``, ``first_seed + 1``, ...; ``builder`` should show a window of the last turns
     (``history``). Sampling uses the policy's temperature with a generator seeded by ``seed``.
     ``exploration``: the wrapper class, ``(world, breadth_steps, max_turns, entities)``; :class:`Exploration`
-    for tool worlds, ``games.GameExploration`` for FrozenLake."""
+    for tool worlds, ``games.GameExploration`` for FrozenLake, ``sokoban.SokobanExploration`` for Sokoban
+    (both ``grid.GridExploration``)."""
     from selfevolve.rollout.runner import rollout
     from selfevolve.types import Task
 

@@ -21,21 +21,30 @@ from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
 from selfevolve.questioning.explore import explore
 from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
-from selfevolve.questioning.games import is_game, run_game_questioning
 from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
 from selfevolve.worlds.base import Task as WorldTask
 from selfevolve.worlds.base import save_tasks
 
 
 def world_of(cfg):
-    """The configured environment class, which must be a tool world with a profile."""
+    """The configured environment class, which must be a tool world or a game with a profile."""
     from selfevolve.train.trainer import resolve_env
 
     env_cls = resolve_env(cfg, None)
     if getattr(env_cls, "profile", None) is None:
-        raise SelfEvolveError(f"selfevolve explore needs a world with a profile (env.name=shop, tables or "
-                              f"frozenlake); {cfg.env.name!r} has none")
+        raise SelfEvolveError(f"selfevolve explore needs a world with a profile (env.name=shop, tables, "
+                              f"frozenlake or sokoban); {cfg.env.name!r} has none")
     return env_cls
+
+
+def game_of(env_cls):
+    """The exploration class of a grid game (``grid.py``: FrozenLake, Sokoban), None for a tool world."""
+    from selfevolve.envs import FrozenLakeEnv, SokobanEnv
+    from selfevolve.questioning.games import GameExploration
+    from selfevolve.questioning.sokoban import SokobanExploration
+
+    games = ((FrozenLakeEnv, GameExploration), (SokobanEnv, SokobanExploration))
+    return next((x for cls, x in games if isinstance(env_cls, type) and issubclass(env_cls, cls)), None)
 
 
 def fresh_out(folder: str) -> Path:
@@ -65,8 +74,11 @@ def run_questioning(cfg, console=None) -> dict:
 
     q = cfg.questioning
     env_cls = world_of(cfg)
-    if is_game(env_cls):  # FrozenLake: "reach cell (r, c)" tasks (games.py)
-        return run_game_questioning(cfg, env_cls, console)
+    exploration = game_of(env_cls)
+    if exploration is not None:  # a game: FrozenLake (games.py), Sokoban (sokoban.py), the rest in grid.py
+        from selfevolve.questioning.grid import run_grid_questioning
+
+        return run_grid_questioning(cfg, env_cls, exploration, console)
     profile = env_cls.profile
     options = {**cfg.env.options(), "split": "train"}  # sandboxes are training seeds
     out = fresh_out(q.out)

@@ -110,7 +110,8 @@ class Oracle:
 
     def _box_distance(self) -> int | None:
         env = self.env
-        key = env.render()  # walls, targets, boxes and player: the state key alone would mix up rooms
+        # walls, targets, boxes and player: the state key alone would mix up rooms; the state key adds a task's goal
+        key = (env.render(), env.state_key())
         if key not in self._box:
             if len(self._box) >= CACHE_LIMIT:
                 self._box.clear()
@@ -119,7 +120,8 @@ class Oracle:
         return self._box[key]
 
     def _game_label(self, info: dict, before: int | None, after: int | None) -> dict[str, Any]:
-        goal = "the goal" if isinstance(self.env, FrozenLakeEnv) else "a solved room"
+        task = isinstance(self.env, FrozenLakeEnv) or getattr(self.env, "task", None) is not None  # a Sokoban task
+        goal = "the goal" if task else "a solved room"
         if not info.get("valid_action", True):
             return {"label": BAD, "rationale": "invalid action: nothing changed"}
         if info.get("success"):

@@ -1,0 +1,325 @@
+"""Self-questioning in a grid game: what FrozenLake and Sokoban share; each brings its own small pieces
+(a :class:`GridGame`: ``questioning/games.py`` for FrozenLake, ``questioning/sokoban.py`` for Sokoban).
+
+The stages are the tool worlds' (``explore.py``, ``synthesize.py``, ``filters.py``, ``pipeline.py``):
+
+- **exploration** (:class:`GridExploration`): the policy plays a training seed's ordinary game with no goal, one
+  answer per turn, its moves run one by one and the state after each logged. Breadth first: for
+  ``breadth_steps`` turns the hint names the moves not tried yet from the current cell (when all were, those
+  not used anywhere yet); depth afterwards (the game's hint). When the game ends, so does the exploration.
+- **the writers**: the LLM sees the game's board, moves and rules, the tasks already written and the
+  exploration, and answers ``[{"query", "confidence", "action_sequence": ["move", ...]}]``; its one worked
+  example is from a made-up warehouse game (other move names, so a copied example cannot execute).
+  ``questioning.writer=template``: the game phrases states the exploration reached as requests, each with the
+  exploration's own moves up to its first arrival there, loops erased (:func:`erased_walks`).
+- **the filters** (:func:`check`), in the tool worlds' order and counted under the same names: ``duplicate`` is
+  a second task for the same seed and the same named goal, or a copy of the worked example; ``held_out`` a seed
+  at or above ``eval.seed_offset``; ``execution`` a reference that, replayed move by move on a fresh game of the
+  same seed, breaks the game's rules (the game's ``execute``); the verifier is the execution's end state, the
+  exact goal state. ``unverifiable``: the env, playing the task, does not count the reference solved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Hashable, Iterable
+
+from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.envs.frozenlake import parse_moves
+from selfevolve.questioning.explore import ExplorationRecord
+from selfevolve.questioning.filters import FILTERS, Execution, jaccard
+
+BREADTH_HINT = "Next, try a move you have not tried from this cell yet: {moves}."
+BREADTH_HINT_ANYWHERE = "Next, try a move you have not used yet: {moves}."
+ROW_COL = re.compile(r"row\s*(\d+)\s*[,;]?\s*(?:and\s+)?(?:col(?:umn)?|col\.)\s*(\d+)", re.I)
+PAIR = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def cell_text(r: int, c: int) -> str:
+    """A cell as requests name it: rows and columns count from 1 at the top left."""
+    return f"row {r + 1}, column {c + 1}"
+
+
+class GridGame:
+    """A game's pieces for self-questioning. Subclasses set the texts and fill in the methods."""
+
+    brief = ""  # the exploration's first line, above the board
+    depth_hint = "Next, walk on to a cell you have not visited yet."
+    writer_system = ""  # the writer's system prompt
+    legend = ""  # the writer's caption of the board, e.g. "Map (P is the player at the start, ...):"
+    ask = ""  # "Write {n} task{s}, each ... in at most {max_moves} moves."
+
+    def check_options(self, options: dict) -> None:
+        """Refuse env options the questioning cannot work with (a ConfigError/SelfEvolveError)."""
+
+    def board_options(self, options: dict) -> dict:
+        """The env options of the board the writer is shown."""
+        return options
+
+    def player(self, world) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def state(self, world) -> Hashable:
+        """The state after a move, for loop erasure (a move that changes nothing leaves it equal)."""
+        raise NotImplementedError
+
+    def after_move(self, world) -> Any:
+        """What is logged of the state after each move (JSON)."""
+        raise NotImplementedError
+
+    def turn_fields(self, world, start, after: list) -> dict[str, Any]:
+        """The game's fields of a turn's log entry, from the state before the turn and after each move."""
+        raise NotImplementedError
+
+    def result(self, world, start, after: list) -> str:
+        """The result line of a valid turn (what the writer reads)."""
+        raise NotImplementedError
+
+    def logged_states(self, turn: dict) -> list[tuple[str, Hashable, bool]]:
+        """``(move, state after it, whether a task may end there)`` for each move of a logged turn."""
+        raise NotImplementedError
+
+    def start_text(self, world, seed: int) -> str:
+        """What the writer is told of the start, e.g. ``start: row 1, column 1``."""
+        raise NotImplementedError
+
+    def named_goal(self, query: str, world, seed: int) -> Hashable | None:
+        """What a request names (its goal as the game reads it), None when nothing."""
+        raise NotImplementedError
+
+    def execute(self, world, seed: int, moves: list[str], aim) -> Execution:
+        raise NotImplementedError
+
+    def make_task(self, task_id: str, seed: int, goal: dict, moves: list[str], query: str):
+        raise NotImplementedError
+
+    def template(self, record: ExplorationRecord, world) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
+        """The game's own keys of ``report.json``."""
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------- exploring
+class GridExploration(TextEnv):
+    """A game with no goal, wrapped for exploring (subclasses set ``game``): the first observation is the brief
+    above the board, and every board is followed by the breadth or depth hint. Each turn is logged as
+    ``{"call": the answer, "valid", "repeat": False, "result", "moves": the moves run, ...the game's fields}``."""
+
+    game: GridGame
+
+    def __init__(self, world, breadth_steps: int = 4, max_turns: int = 8, entities: str = ""):
+        self.world, self.breadth_steps, self.max_turns = world, breadth_steps, max_turns
+        self.name = f"explore-{world.name}"
+        self.instructions, self.examples = world.instructions, world.examples
+
+    def reset(self, seed: int) -> str:
+        board = self.world.reset(seed)  # the ordinary game of this training seed
+        self.turn, self.tried, self.visited = 0, set(), {self.game.player(self.world)}
+        self.log: list[dict[str, Any]] = []
+        return f"{self.game.brief}\n{board}\n{self.hint()}"
+
+    def hint(self) -> str:
+        moves = self.world.moves
+        if self.turn < self.breadth_steps:
+            here = [m for m in moves if (self.game.player(self.world), m) not in self.tried]
+            if here:
+                return BREADTH_HINT.format(moves=", ".join(here))
+            anywhere = [m for m in moves if m not in {m for _, m in self.tried}]
+            if anywhere:
+                return BREADTH_HINT_ANYWHERE.format(moves=", ".join(anywhere))
+        return self.game.depth_hint
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        world, game = self.world, self.game
+        start = game.state(world)
+        moves = parse_moves(action, world.moves, world.moves_per_turn)
+        after: list = []
+        if moves is None:  # the world's own error observation; nothing moves
+            obs, _, world_done, _ = world.step(action)
+            entry = {"call": action, "valid": False, "repeat": False, "result": obs.splitlines()[0], "moves": []}
+        else:
+            for m in moves:  # one by one, to log the state after each
+                here = game.player(world)
+                obs, _, world_done, _ = world.step(m)
+                self.tried.add((here, m))
+                self.visited.add(game.player(world))
+                after.append(game.after_move(world))
+                if world_done:
+                    break
+            moves = moves[:len(after)]
+            entry = {"call": " ".join(moves), "valid": True, "repeat": False,
+                     "result": game.result(world, start, after), "moves": moves}
+        self.log.append({**entry, **game.turn_fields(world, start, after)})
+        done = world_done or self.turn >= self.max_turns
+        return StepResult(obs if world_done else f"{obs}\n{self.hint()}", 0.0, done,
+                          {"success": False, "valid_action": moves is not None, "moves": moves or []})
+
+
+def erased_walks(steps: Iterable[tuple[str, Hashable, bool]], start: Hashable) -> list[tuple[Hashable, list[str]]]:
+    """Every state a walk reached (its start and unusable states left out), in order of first arrival, with
+    the moves that got there first, loops erased: a move back onto a state of the current walk (one that changes
+    nothing included) cuts the walk back to that state. The moves are the explorer's own."""
+    walk: list[tuple[Hashable, str | None]] = [(start, None)]
+    out, seen = [], {start}
+    for move, state, usable in steps:
+        states = [s for s, _ in walk]
+        if state in states:
+            del walk[states.index(state) + 1:]
+        else:
+            walk.append((state, move))
+        if state not in seen and usable:
+            seen.add(state)
+            out.append((state, [m for _, m in walk[1:]]))
+    return out
+
+
+def walks(game: GridGame, record: ExplorationRecord, start: Hashable) -> list[tuple[Hashable, list[str]]]:
+    """:func:`erased_walks` of one exploration."""
+    return erased_walks((s for turn in record.turns for s in game.logged_states(turn)), start)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+WRITER_EXAMPLE = (
+    {"role": "user", "content": "Game: a robot in a warehouse grid; crates (#) block it.\nMoves: North, South, "
+     "East, West\nWrite 1 task.\n\nMap:\nR . #\n. . .\n# . .\n\nExploration (start: row 1, column 1):\n"
+     "1. East\n   Result: row 1, column 2: floor\n2. South\n   Result: row 2, column 2: floor\n"},
+    {"role": "assistant", "content": '[{"query": "Drive the robot to row 2, column 2.", "confidence": 0.9, '
+     '"action_sequence": ["East", "South"]}]'},
+)
+EXAMPLE_QUERY = json.loads(WRITER_EXAMPLE[1]["content"])[0]["query"]
+
+
+def writer_messages(game: GridGame, profile, board: str, exploration_text: str, earlier: list[str], n: int,
+                    max_moves: int, start: str) -> list[dict]:
+    """The writer's prompt for one exploration: the game, its board, earlier tasks, what was found."""
+    parts = [f"Game: {profile.background}", "Moves: " + ", ".join(o.name for o in profile.operations),
+             "Rules: " + " ".join(profile.rules),
+             game.ask.format(n=n, s="s" if n > 1 else "", max_moves=max_moves), f"{game.legend}\n{board}"]
+    if earlier:
+        parts.append("Tasks already written (write different ones):\n" + "\n".join(f"- {q}" for q in earlier[-10:]))
+    parts.append(f"Exploration ({start}):\n{exploration_text}")
+    return [{"role": "system", "content": game.writer_system}, *WRITER_EXAMPLE,
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+# ---------------------------------------------------------------------------------------------- filtering
+def verifies(world, task) -> bool:
+    """The env, playing ``task``, counts its own reference solved."""
+    world.play(task)
+    for move in task.solution:
+        result = world.step(move)
+        if result.done:
+            return bool(result.info.get("success"))
+    return False
+
+
+def check(game: GridGame, world, fresh, candidates: list[tuple[int, dict]], *, duplicate: float, seed_offset: int,
+          name: str) -> tuple[list, Counter]:
+    """The filters over ``(seed, writer task)`` candidates, in order; the kept tasks and the counts.
+    ``world`` replays references; ``fresh()`` gives a new env to verify a task in."""
+    counts = Counter({f: 0 for f in FILTERS})
+    kept, aims = [], set()
+    for seed, t in candidates:
+        moves = [c["name"] for c in t["action_sequence"]]
+        aim = game.named_goal(t["query"], world, seed)
+        if (seed, aim) in aims or jaccard(t["query"], EXAMPLE_QUERY) >= duplicate:
+            counts["duplicate"] += 1
+        elif not moves:
+            counts["empty_reference"] += 1
+        elif seed >= seed_offset:
+            counts["held_out"] += 1
+        elif not (run := game.execute(world, seed, moves, aim)).ok:
+            counts["execution"] += 1
+        else:
+            canonical = [parse_moves(m, world.moves, 1)[0] for m in moves]
+            task = game.make_task(f"{name}-synth-{len(kept):04d}", seed, run.goal, canonical, t["query"])
+            if verifies(fresh(), task):
+                kept.append(task)
+                aims.add((seed, aim))
+            else:
+                counts["unverifiable"] += 1
+    return kept, counts
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], console=None) -> dict:
+    """``selfevolve explore`` for a game: as :func:`selfevolve.questioning.pipeline.run_questioning`, with the
+    game's pieces (``exploration.game``). Same files in ``questioning.out``; the report has the same keys plus
+    the game's own."""
+    from selfevolve.envs import make_env
+    from selfevolve.models.llm import LLM
+    from selfevolve.questioning.explore import explore
+    from selfevolve.questioning.pipeline import diversity, fresh_out, save_explorations
+    from selfevolve.questioning.synthesize import parse_tasks
+    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+    from selfevolve.worlds.base import save_tasks
+
+    q, profile, game = cfg.questioning, env_cls.profile, exploration.game
+    options = {**cfg.env.options(), "split": "train", "tasks_file": ""}  # explorations: the ordinary game
+    game.check_options(options)
+    world = make_env(env_cls, **options)  # bad options fail here, before anything is written
+    out = fresh_out(q.out)
+    policy = build_policy(cfg)
+    load_init_adapter(cfg, policy)  # model.init_from: explore with a trained adapter
+    builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
+    say = console.print if console is not None else (lambda *a, **k: None)
+    say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} turns")
+    records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
+                      steps=q.steps, breadth_steps=q.breadth_steps, seed=cfg.seed, exploration=exploration)
+    save_explorations(out, records)
+
+    # ---- writing -----------------------------------------------------------------------------------------
+    useful = [r for r in records if r.good_turns]
+    counts_unparseable = 0
+    candidates: list[tuple[int, dict]] = []
+    say(f"writing tasks from {len(useful)} explorations with a valid move (writer: {q.writer})")
+    max_moves = world.max_turns * world.moves_per_turn
+    if q.writer == "template":
+        candidates = [(r.seed, t) for r in useful for t in game.template(r, world)]
+    else:
+        llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype,
+                  seed=cfg.seed, api=cfg.llm_api)
+        boards = make_env(env_cls, **game.board_options(options))
+        for start in range(0, len(useful), llm.batch_size):
+            batch = useful[start:start + llm.batch_size]
+            earlier = [t["query"] for _, t in candidates]
+            replies = llm.chat([writer_messages(game, profile, boards.reset(r.seed), r.text(), earlier,
+                                                q.tasks_per_exploration, max_moves, game.start_text(world, r.seed))
+                                for r in batch], purpose="write_tasks")
+            for r, reply in zip(batch, replies):
+                found = parse_tasks(reply, bare_steps=True)
+                if found is None:
+                    counts_unparseable += 1
+                    continue
+                candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+
+    # ---- filtering, report --------------------------------------------------------------------------------
+    kept, counts = check(game, world, lambda: make_env(env_cls, **options), candidates, duplicate=q.duplicate,
+                         seed_offset=cfg.eval.seed_offset, name=env_cls.name)
+    counts["unparseable"] = counts_unparseable
+    save_tasks(kept, str(out / "tasks.jsonl"))
+    ops_used = {m for k in kept for m in k.solution}
+    report = {
+        "env": env_cls.name, "writer": q.writer, "explorations": len(records),
+        "explorations_with_a_working_call": len(useful),
+        "calls": sum(len(r.turns) for r in records), "working_calls": sum(len(r.good_turns) for r in records),
+        "writer_calls": 0 if q.writer == "template" else len(useful),
+        "candidates": len(candidates), "removed": {f: counts[f] for f in FILTERS}, "kept": len(kept),
+        "intent_coverage": sorted({k.intent for k in kept} & set(profile.intents)),
+        "intents": dict(Counter(k.intent for k in kept)),
+        "operation_coverage": f"{len(ops_used)}/{len(world.moves)}", "operations_used": sorted(ops_used),
+        "diversity": round(diversity([k.instruction for k in kept]), 3),
+        **game.report(records, world),
+        "tasks_file": str(out / "tasks.jsonl"),
+    }
+    Path(out / "report.json").write_text(json.dumps(report, indent=2))
+    say(f"kept {len(kept)} of {len(candidates)} candidate tasks; removed: "
+        + ", ".join(f"{k} {v}" for k, v in report["removed"].items()))
+    return report
