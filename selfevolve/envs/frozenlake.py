@@ -18,7 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from selfevolve.envs.base import StepResult, TextEnv
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
 from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
-from selfevolve.envs.game_tasks import task_for
+from selfevolve.envs.game_tasks import PlaysTasks, task_for
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import too_long
 from selfevolve.worlds.base import Task
@@ -73,7 +73,7 @@ def _seed(seed: Any) -> int:
 _EXAMPLE_MAP = ["SFFF", "HFHF", "FFFH", "HFFG"]
 
 
-class FrozenLakeEnv(TextEnv):
+class FrozenLakeEnv(PlaysTasks, TextEnv):
     """FrozenLake on a random ``size`` x ``size`` map (start top-left, goal bottom-right).
 
     Options:
@@ -319,16 +319,6 @@ class FrozenLakeEnv(TextEnv):
         return None
 
     # ---------------------------------------------------------------- step
-    def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
-        info = {"success": self.success, "valid_action": valid, "moves": moves}
-        if self.task is not None:
-            info.update(task_id=self.task.id, intent=self.task.intent, level=self.task.level)
-        return info
-
-    def reference_text(self) -> str:
-        """A synthesized task's reference moves (what an LLM judge compares with); empty for the game."""
-        return " ".join(self.task.solution) if self.task is not None else ""
-
     def step(self, action: str) -> StepResult:
         if self._gym is None:
             raise RuntimeError("call reset(seed) before step()")

@@ -48,3 +48,20 @@ def task_for(tasks: list[Task], ordinary: bool, seed: int) -> Task | None:
     if not ordinary:
         return tasks[seed % len(tasks)]
     return tasks[(seed // 2) % len(tasks)] if seed % 2 else None
+
+
+class PlaysTasks:
+    """What a game that plays synthesized tasks adds to its step info and to the judge's view: the task being
+    played (``self.task``, None for the ordinary game) names itself in ``info`` and gives its reference moves."""
+
+    task: Task | None = None
+
+    def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
+        info = {"success": self.success, "valid_action": valid, "moves": moves}
+        if self.task is not None:
+            info.update(task_id=self.task.id, intent=self.task.intent, level=self.task.level)
+        return info
+
+    def reference_text(self) -> str:
+        """A synthesized task's reference moves (what an LLM judge compares with); empty for the game."""
+        return " ".join(self.task.solution) if self.task is not None else ""

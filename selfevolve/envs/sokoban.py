@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import answer_format, error_line, parse_moves
-from selfevolve.envs.game_tasks import task_for
+from selfevolve.envs.game_tasks import PlaysTasks, task_for
 # the rooms' helpers are re-exported for callers (``from selfevolve.envs.sokoban import solve``)
 from selfevolve.envs.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
                                            parse_room, render_room, solve)
@@ -34,7 +34,7 @@ _EXAMPLE_ROOM = """\
 # # # # # #"""
 
 
-class SokobanEnv(TextEnv):
+class SokobanEnv(PlaysTasks, TextEnv):
     """Sokoban in a generated room: push every box onto a target.
 
     Options:
@@ -259,16 +259,6 @@ class SokobanEnv(TextEnv):
             if self.done:
                 break
         return StepResult(self.render(), round(reward, 10), self.done, self._info(True, executed))
-
-    def _info(self, valid: bool, moves: list[str]) -> dict[str, Any]:
-        info = {"success": self.success, "valid_action": valid, "moves": moves}
-        if self.task is not None:
-            info.update(task_id=self.task.id, intent=self.task.intent, level=self.task.level)
-        return info
-
-    def reference_text(self) -> str:
-        """A synthesized task's reference moves (what an LLM judge compares with); empty for the game."""
-        return " ".join(self.task.solution) if self.task is not None else ""
 
     # ---------------------------------------------------------------- snapshots
     def snapshot(self) -> dict[str, Any]:
