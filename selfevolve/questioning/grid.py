@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
 from typing import Any, Hashable, Iterable
@@ -44,8 +45,9 @@ def cell_text(r: int, c: int) -> str:
     return f"row {r + 1}, column {c + 1}"
 
 
-class GridGame:
-    """A game's pieces for self-questioning. Subclasses set the texts and fill in the methods."""
+class GridGame(ABC):
+    """A game's pieces for self-questioning. Subclasses set the texts and implement the abstract methods (a
+    game missing one cannot be constructed)."""
 
     brief = ""  # the exploration's first line, above the board
     depth_hint = "Next, walk on to a cell you have not visited yet."
@@ -60,45 +62,50 @@ class GridGame:
         """The env options of the board the writer is shown."""
         return options
 
+    @abstractmethod
     def player(self, world) -> tuple[int, int]:
-        raise NotImplementedError
+        """The player's cell (row, column), 0-based."""
 
+    @abstractmethod
     def state(self, world) -> Hashable:
         """The state after a move, for loop erasure (a move that changes nothing leaves it equal)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def after_move(self, world) -> Any:
         """What is logged of the state after each move (JSON)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def turn_fields(self, world, start, after: list) -> dict[str, Any]:
         """The game's fields of a turn's log entry, from the state before the turn and after each move."""
-        raise NotImplementedError
 
+    @abstractmethod
     def result(self, world, start, after: list) -> str:
         """The result line of a valid turn (what the writer reads)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def logged_states(self, turn: dict) -> list[tuple[str, Hashable, bool]]:
         """``(move, state after it, whether a task may end there)`` for each move of a logged turn."""
-        raise NotImplementedError
 
+    @abstractmethod
     def start_text(self, world, seed: int) -> str:
         """What the writer is told of the start, e.g. ``start: row 1, column 1``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def named_goal(self, query: str, world, seed: int) -> Hashable | None:
         """What a request names (its goal as the game reads it), None when nothing."""
-        raise NotImplementedError
 
+    @abstractmethod
     def execute(self, world, seed: int, moves: list[str], aim) -> Execution:
-        raise NotImplementedError
+        """Replay ``moves`` on a fresh game of ``seed``; ok only when they keep the game's rules and end where
+        ``aim`` (the request's named goal) says. The execution's goal is the end state (the verifier)."""
 
+    @abstractmethod
     def make_task(self, task_id: str, seed: int, goal: dict, moves: list[str], query: str):
-        raise NotImplementedError
+        """The ``Task`` of a kept candidate, from its execution's goal."""
 
+    @abstractmethod
     def template(self, record: ExplorationRecord, world) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The template writer's candidates from one exploration (``questioning.writer=template``)."""
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         """The game's own keys of ``report.json``."""
