@@ -171,17 +171,3 @@ def template_tasks(record: ExplorationRecord, desc: list[str]) -> list[dict[str,
         out.append({"query": f"Walk from your start to {where} without falling into a hole.", "confidence": 1.0,
                     "action_sequence": [{"name": m, "arguments": {}} for m in moves]})
     return out
-
-
-def writer_messages(profile, board: str, exploration_text: str, earlier: list[str], n: int,
-                    max_moves: int = 8) -> list[dict]:
-    """The writer's prompt for one exploration of a lake: the game, its map, earlier tasks, what was found."""
-    return grid.writer_messages(FROZENLAKE_GAME, profile, board, exploration_text, earlier, n, max_moves,
-                                f"start: {cell_text(0, 0)}")
-
-
-def check(world, fresh, candidates: list[tuple[int, dict]], *, duplicate: float, seed_offset: int,
-          name: str = "frozenlake"):
-    """The filters over ``(map seed, writer task)`` candidates (``grid.check`` with FrozenLake's pieces)."""
-    return grid.check(FROZENLAKE_GAME, world, fresh, candidates, duplicate=duplicate, seed_offset=seed_offset,
-                      name=name)
