@@ -294,6 +294,11 @@ class QuestioningConfig(_Section):
     breadth_steps: int = Field(4, ge=0, description="First calls of an exploration that are nudged towards "
                                "operations not used yet (breadth); later ones chain results into inputs (depth).")
     window: int = Field(3, ge=1, description="Myopic window: the explorer sees its last this-many turns.")
+    prefill: Literal["none", "format", "operation"] = Field(
+        "operation", description="Tool worlds: how each exploration reply starts (an output-format aid for small "
+        "models): none (the model writes the whole reply), format (with the tool-call opening, up to the tool's "
+        "name), operation (in breadth, with the call of an operation not used yet, up to its first argument's "
+        "value; depth as format).")
     tasks_per_exploration: int = Field(3, ge=1, description="Tasks the writer is asked for per exploration.")
     num_ops: int = Field(2, ge=1, description="Task preference: operations a task should take (finish included).")
     writer: Literal["llm", "template"] = Field(

@@ -7,7 +7,7 @@ import pytest
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.questioning.explore import (BREADTH_HINT, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
+from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord)
 from selfevolve.questioning.filters import execute, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.pipeline import diversity, run_questioning
@@ -43,6 +43,32 @@ def test_exploration_scans_operations_before_chaining_and_refuses_repeats():
     assert [t["valid"] for t in env.log] == [True, False, False, False] and env.log[1]["repeat"]
     record = ExplorationRecord(0, env.log)
     assert len(record.good_turns) == 1 and record.text().startswith("1. <tool_call>")
+
+
+def test_prefill_opens_an_unused_operation_in_breadth_and_the_call_format_in_depth():
+    world, order = shop_order()
+    env = Exploration(world, breadth_steps=2, max_turns=4)
+    env.reset(5)
+    ops = env.operations  # 11 operations: seed 5, turn 0 opens the 6th, find_products (its one argument: query)
+    assert ops[5] == "find_products"
+    assert env.reply_prefix() == '<tool_call>\n{"name": "find_products", "arguments": {"query": '
+    # the model completes it: the reply is the prefix plus its text, a well-formed call
+    reply = env.reply_prefix() + '"shirt"}}\n</tool_call>'
+    assert world.toolset.parse(reply).arguments == {"query": "shirt"}
+    env.step(format_tool_call("get_order", {"order_id": order}))
+    unused = [op for op in ops if op != "get_order"]  # turn 1, seed 5: the 7th of 10, (5 + 1) % 10 = 6
+    assert unused[6] == "cancel_order"
+    assert env.reply_prefix() == f'{CALL_OPEN}cancel_order", "arguments": {{"order_id": '
+    env.step(format_tool_call("get_order", {"order_id": "nope"}))
+    assert env.reply_prefix() == CALL_OPEN  # depth: the model chooses the operation
+    env.reset(0)
+    assert env.reply_prefix().startswith(f'{CALL_OPEN}{ops[0]}"')  # another seed, another first operation
+    plain = Exploration(world, prefill="format")
+    plain.reset(5)
+    assert plain.reply_prefix() == CALL_OPEN
+    assert Exploration(world, prefill="none").reply_prefix() == ""
+    with pytest.raises(ValueError, match="prefill must be one of none, format, operation"):
+        Exploration(world, prefill="all")
 
 
 def test_jaccard_and_duplicates_by_hand():
@@ -132,6 +158,8 @@ def test_explore_pipeline_end_to_end(tmp_path, monkeypatch):
     assert report["explorations"] == 2 and report["calls"] == 4
     lines = (out / "explorations.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(len(json.loads(x)["turns"]) == 2 for x in lines)
+    # prefill (the default, operation): every reply began as a tool call, whatever the random model wrote
+    assert all(t["call"].startswith("<tool_call>") for x in lines for t in json.loads(x)["turns"])
     assert json.loads((out / "report.json").read_text()) == report
     assert (out / "tasks.jsonl").read_text() == "" if report["kept"] == 0 else True
     monkeypatch.setattr(SokobanEnv, "profile", None)  # a world without a profile (every built-in one has one)

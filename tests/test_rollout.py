@@ -174,6 +174,52 @@ def test_cache_reuse_across_turns_is_exact(policy):
     assert sa.prompt_tokens < sb.prompt_tokens
 
 
+class PrefixedLake(FrozenLakeEnv):
+    """FrozenLake whose replies must start with "Ri" (a reply prefix, as exploration sets one)."""
+
+    def reply_prefix(self) -> str:
+        return "Ri"
+
+
+def test_reply_prefix_is_part_of_the_prompt_and_of_the_action_text(policy):
+    """With ``TextEnv.reply_prefix``, the prefix's tokens end the step's prompt, the action ids are the model's
+    own (their log-probs recompute exactly on prompt + action), the action text is prefix + reply, and keeping
+    the cache between turns gives the same steps as re-encoding."""
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tasks = eval_tasks("frozenlake", 2)
+    prefix = policy.tokenizer.encode("Ri", add_special_tokens=False)
+    runs = [rollout(policy, [make_env(PrefixedLake, max_turns=3) for _ in tasks], tasks, builder, max_turns=3,
+                    greedy=True, reuse_cache=reuse) for reuse in (True, False)]
+    for ta, tb in zip(*runs):
+        assert [s.action_ids for s in ta.steps] == [s.action_ids for s in tb.steps]
+        assert [s.prompt_ids for s in ta.steps] == [s.prompt_ids for s in tb.steps]
+        for s in ta.steps:
+            assert s.prompt_ids[-len(prefix):] == prefix
+            assert s.action_text == "Ri" + policy.decode(s.action_ids)
+            with torch.no_grad():
+                logits = policy.model(torch.tensor([s.prompt_ids + s.action_ids])).logits[0].float()
+            logp = torch.log_softmax(logits, -1)
+            ref = [logp[len(s.prompt_ids) - 1 + j, t].item() for j, t in enumerate(s.action_ids)]
+            assert max(abs(a - b) for a, b in zip(ref, s.logprobs)) < 1e-4
+        # the next turn's prompt holds the whole earlier reply, prefix included
+        if len(ta.steps) > 1:
+            first = ta.steps[0]
+            assert ta.steps[1].prompt_ids[:len(first.prompt_ids) + len(first.action_ids)] == \
+                first.prompt_ids + first.action_ids
+
+
+def test_beam_search_refuses_a_reply_prefix(policy):
+    from selfevolve.rollout.search import SearchSpec, search_rollouts
+
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tasks = eval_tasks("frozenlake", 1)
+    for name in ("beam", "lookahead"):
+        with pytest.raises(ValueError, match="PrefixedLake sets one"):
+            search_rollouts(policy, PrefixedLake, tasks, builder, SearchSpec(name), max_turns=2)
+
+
 def test_shared_prefix_training_forward_matches_plain(policy):
     """Training log-probs and gradients with the shared-prefix forward equal those of the plain forward."""
     from selfevolve.train.samples import Row, shared_prefix_len

@@ -69,6 +69,13 @@ class TextEnv(ABC):
         """The current observation text."""
         return ""
 
+    def reply_prefix(self) -> str:
+        """Text the model's next reply starts with ("" for none): the rollout puts its tokens after the prompt,
+        the model continues from there, and the action is the prefix plus what the model wrote. Exploration
+        uses it (``questioning/explore.py``) so that a small model's replies start as a tool call. Honoured by
+        ``rollout/runner.py`` (sampling, best-of-N); beam and lookahead search refuse environments that set one."""
+        return ""
+
     def expert_action(self) -> str | None:
         """A good action from the current state (e.g. a solver's next move), or None if the world has no expert.
 

@@ -10,7 +10,12 @@ world holds, one tool call per turn:
 - a **myopic window**: only the last ``window`` turns are shown (``PromptBuilder.history``), as in the paper —
   exploration is local, and short prompts keep it cheap;
 - **no identical repeats**: a call made before is refused (the world is not stepped) and the model is told so;
-  so is ``finish`` (there is no task to end).
+  so is ``finish`` (there is no task to end);
+- **prefill** (``questioning.prefill``, an output-format aid, not in the paper): each reply starts with the
+  opening of a tool call, which the model completes (``TextEnv.reply_prefix``). ``format`` starts every reply
+  with ``<tool_call>`` and the ``"name"`` key; ``operation`` (the default) starts a breadth reply with the
+  call of one operation not used yet, up to its first argument's value, so the model chooses the values (and,
+  in depth, the operation). Untrained, the 135M explorer wrote almost no parseable call (docs/benchmarks.md).
 
 Many explorations run as one batched rollout (``rollout.runner.rollout``). Each exploration's calls and results
 are what the task writer (``synthesize.py``) reads.
@@ -32,6 +37,8 @@ BREADTH_HINT = "Next, try an operation you have not used yet: {ops}."
 DEPTH_HINT = "Next, use a value from a result above (an id, a name, an email) as an argument of another operation."
 REPEAT = "Error: you already made this exact call. Make a different one."
 NO_FINISH = "Error: there is no task to finish; keep exploring with the other tools."
+CALL_OPEN = '<tool_call>\n{"name": "'  # the tool-call format of worlds/tools.py, up to the tool's name
+PREFILLS = ("none", "format", "operation")
 
 
 class Exploration(TextEnv):
@@ -41,9 +48,12 @@ class Exploration(TextEnv):
 
     max_turns = 8
 
-    def __init__(self, world, breadth_steps: int = 4, max_turns: int = 8, entities: str = ""):
+    def __init__(self, world, breadth_steps: int = 4, max_turns: int = 8, entities: str = "",
+                 prefill: str = "operation"):
+        if prefill not in PREFILLS:
+            raise ValueError(f"prefill must be one of {', '.join(PREFILLS)}, not {prefill!r}")
         self.world, self.breadth_steps, self.max_turns = world, breadth_steps, max_turns
-        self.entities = entities
+        self.entities, self.prefill = entities, prefill
         self.name = f"explore-{world.name}"
         self.instructions, self.examples = world.instructions, world.examples
         self.tools, self.tool_instructions = world.tools, world.tool_instructions
@@ -51,16 +61,31 @@ class Exploration(TextEnv):
 
     def reset(self, seed: int) -> str:
         self.world.reset(seed)  # a training task's fresh world; its request is not shown
-        self.turn, self.keys, self.used = 0, set(), []
+        self.seed, self.turn, self.keys, self.used = seed, 0, set(), []
         self.log: list[dict[str, Any]] = []
         return BRIEF.format(entities=self.entities or "its records")
 
+    def unused(self) -> list[str]:
+        """The operations still to try in the breadth phase (none after it)."""
+        return [op for op in self.operations if op not in self.used] if self.turn < self.breadth_steps else []
+
     def hint(self) -> str:
-        if self.turn < self.breadth_steps:
-            unused = [op for op in self.operations if op not in self.used]
-            if unused:
-                return BREADTH_HINT.format(ops=", ".join(unused))
-        return DEPTH_HINT
+        unused = self.unused()
+        return BREADTH_HINT.format(ops=", ".join(unused)) if unused else DEPTH_HINT
+
+    def reply_prefix(self) -> str:
+        """The opening of the next reply's tool call (see the module docstring): with ``operation``, in breadth,
+        the call of an unused operation — a different one per sandbox seed, so that a batch of explorations
+        does not all start with the same operation — up to its first required argument's value."""
+        unused = self.unused() if self.prefill == "operation" else []
+        if self.prefill == "none":
+            return ""
+        if not unused:
+            return CALL_OPEN
+        op = unused[(self.seed + self.turn) % len(unused)]
+        required = self.world.toolset[op].parameters.get("required", [])
+        first = f'"{required[0]}": ' if required else ""
+        return f'{CALL_OPEN}{op}", "arguments": {{{first}'
 
     def step(self, action: str) -> StepResult:
         self.turn += 1

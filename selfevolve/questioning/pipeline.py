@@ -10,6 +10,7 @@ or mixed with the world's own training tasks with ``env.split=train+synth``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 from collections import Counter
@@ -19,7 +20,7 @@ from selfevolve.envs import make_env
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
-from selfevolve.questioning.explore import explore
+from selfevolve.questioning.explore import Exploration, explore
 from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
 from selfevolve.worlds.base import Task as WorldTask
@@ -91,7 +92,8 @@ def run_questioning(cfg, console=None) -> dict:
     say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} calls")
     entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
     records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
-                      steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed)
+                      steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed,
+                      exploration=functools.partial(Exploration, prefill=q.prefill))
     save_explorations(out, records)
 
     # ---- writing -----------------------------------------------------------------------------------------

@@ -81,7 +81,9 @@ def rollout(
             guide.before_turn(turn, [contexts[i] for i in active], [trajs[i] for i in active])
         due = [i for i in active if contexts[i].pending]
         _context_calls(policy, [contexts[i] for i in due], greedy, _rows(generator, due), stats)
-        prompts = [contexts[i].prompt for i in active]
+        prefixes = [reply_prefix(envs[i]) for i in active]
+        prefix_ids = [policy.tokenizer.encode(p, add_special_tokens=False) if p else [] for p in prefixes]
+        prompts = [contexts[i].prompt + prefix_ids[k] for k, i in enumerate(active)]
         gen = policy.generate(prompts, greedy=greedy, generator=_rows(generator, active), state=kv)
         if stats is not None:
             stats.prompt_tokens += gen.prompt_tokens
@@ -89,17 +91,18 @@ def rollout(
             stats.generate_calls += 1
         still = []
         for k, i in enumerate(active):
-            text = policy.decode(gen.ids[k])
+            text = prefixes[k] + policy.decode(gen.ids[k])
             step = play(envs[i], text, gen, k, prompts[k], last_turn=turn == max_turns - 1,
                         calls=contexts[i].take_calls())
-            step.train_prompt_ids = contexts[i].train_prompt
+            train_prompt = contexts[i].train_prompt
+            step.train_prompt_ids = None if train_prompt is None else train_prompt + prefix_ids[k]
             if contexts[i].recalled is not None:
                 step.info["recalled"] = list(contexts[i].recalled)
             trajs[i].steps.append(step)
             trajs[i].success = bool(step.info.get("success", False))
             if not step.done:
                 still.append(i)
-                contexts[i].advance(gen.ids[k], text, step.observation)
+                contexts[i].advance(prefix_ids[k] + gen.ids[k], text, step.observation)
         if still and gen.state is not None and reuse_cache:
             keep = set(still)
             kv = gen.state.select([k for k, i in enumerate(active) if i in keep])
@@ -107,6 +110,14 @@ def rollout(
     if stats is not None:
         stats.seconds += time.perf_counter() - t0
     return trajs
+
+
+def reply_prefix(env) -> str:
+    """The text ``env`` wants its next reply to start with (``TextEnv.reply_prefix``; "" for environments
+    without the method). Its tokens become the end of the step's prompt: the step's action ids, log-probs and
+    uncertainty are the model's own tokens only, and its action text is the prefix plus them."""
+    get = getattr(env, "reply_prefix", None)
+    return get() if callable(get) else ""
 
 
 def _rows(generator, rows: list[int]):

@@ -154,6 +154,12 @@ class SearchResult:
         }
 
 
+def reply_prefix_of(env):
+    """``env``'s own ``reply_prefix`` method when its class overrides ``TextEnv.reply_prefix``, else None."""
+    method = getattr(type(env), "reply_prefix", None)
+    return None if method is None or method is TextEnv.reply_prefix else method
+
+
 class _Searcher:
     """One batch of searches (one per task given), stepped in lockstep."""
 
@@ -165,6 +171,10 @@ class _Searcher:
         self.tree: list[list[dict]] = [[] for _ in tasks]
         self.records: dict[int, dict] = {}  # node id -> its entry in ``tree``
         self.next_id = 0
+        prefixed = sorted({type(e).__name__ for e in envs if reply_prefix_of(e) is not None})
+        if prefixed:  # refused rather than ignored: the replies would not start as the environment asks
+            raise ValueError(f"beam and lookahead search do not apply reply prefixes (TextEnv.reply_prefix); "
+                             f"{', '.join(prefixed)} sets one: use rollout.search=sample or best_of_n")
         if spec.needs_value and policy.value_head is None:
             raise ValueError("search.scorer uses the value head, but the policy has none (algo.name=self_ac or ppo)")
 
