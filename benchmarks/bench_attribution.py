@@ -21,11 +21,12 @@ update (seconds and calls) beside it.
 
     python benchmarks/bench_attribution.py judge --envs frozenlake sokoban
     python benchmarks/bench_attribution.py judge --envs shop tables --tasks-per-step 2    # untrained policy
+    python benchmarks/bench_attribution.py judge --envs shop --scripted 16     # reference / detour / wrong answer
     python benchmarks/bench_attribution.py learn --envs frozenlake shop --seeds 0 1 2 --steps 20
     python benchmarks/bench_attribution.py learn --envs frozenlake --seeds 0 --steps 4 --episodes 32   # what fits
 
 Runs go to ``--out`` (default runs/bench_attribution); finished runs are skipped, unfinished ones resume. Each part
-writes ``summary-{part}.json``, prints a markdown table and a final SUMMARY line.
+writes ``summary-{part}.json`` (judge: ``summary-judge-{envs}[-scripted].json``), prints a markdown table and a final SUMMARY line.
 """
 
 from __future__ import annotations
@@ -65,6 +66,48 @@ def load_trajectories(path: Path, step: int | None = None):
                  for s in rec["steps"]]
         out.append(Trajectory(task=Task(**rec["task"]), steps=steps, group_id=rec["group_id"],
                               success=rec["success"], flags=dict(rec["flags"])))
+    return out
+
+
+# a call that fails in every task of the world (an unknown id or table): the detour of scripted episodes
+FAILING_CALL = {"shop": ("get_order", {"order_id": "#W0000000"}), "tables": ("load_table", {"table": "no_such_table"})}
+
+
+def scripted_episodes(env_name: str, n_tasks: int):
+    """Tool worlds, where the untrained policy's rollouts hold no GOOD step to find (every one of its shop steps
+    is BAD by the oracle): per training task 0, 1, ..., three episodes played in a fresh world, one group:
+    ``reference`` (its reference solution: every call GOOD), ``detour`` (the reference with a failing call put
+    before its last call: that call BAD) and ``wrong_answer`` (the reference's calls, then ``finish`` with an
+    answer that says nothing found: BAD where the task's answer matters). The oracle labels them like rollouts."""
+    from selfevolve.envs import make_env
+    from selfevolve.rollout.runner import task_flags
+    from selfevolve.types import Step, Task, Trajectory
+    from selfevolve.worlds.tools import format_tool_call
+
+    failing = format_tool_call(*FAILING_CALL[env_name])
+    give_up = format_tool_call("finish", {"answer": "I could not find it."})
+    out = []
+    for seed in range(n_tasks):
+        env = make_env(env_name)  # the train split: the oracle replays a trajectory's task seed there
+        env.reset(seed)
+        calls = [c.text() for c in env.reference_calls()]
+        variants = {"reference": calls, "detour": calls[:-1] + [failing] + calls[-1:],
+                    "wrong_answer": calls[:-1] + [give_up]}
+        for source, actions in variants.items():
+            env = make_env(env_name)
+            first = env.reset(seed)
+            task = Task(id=f"{env_name}-train-{seed}", env=env_name, seed=seed)
+            traj = Trajectory(task=task, group_id=task.id, flags={**task_flags(env, first), "source": source})
+            for action in actions:
+                res = env.step(action)
+                traj.steps.append(Step(prompt_ids=[], action_ids=[], logprobs=[], action_text=action,
+                                       observation=res.observation, reward=float(res.reward), done=bool(res.done),
+                                       valid=bool(res.info.get("valid_action", True)), state_key="",
+                                       info={k: v for k, v in res.info.items() if k in ("tool_call", "success")}))
+                traj.success = bool(res.info.get("success", False))
+                if res.done:
+                    break
+            out.append(traj)
     return out
 
 
@@ -108,7 +151,7 @@ def judge(args) -> None:
     torch.set_num_threads(args.threads)
     for env in args.envs:  # one batch of training rollouts per environment, kept for later runs
         sample = args.out / f"{env}-s{seed}-sample.jsonl"
-        if sample.is_file():
+        if sample.is_file() or (args.scripted and env in FAILING_CALL):
             continue
         t0 = time.perf_counter()
         trainer = Trainer(load_config(overrides=[
@@ -128,8 +171,11 @@ def judge(args) -> None:
         cfg = load_config(overrides=[*common_overrides(args, env), "reward.attribution=llm",
                                      f"attribution.alpha={args.alpha}",
                                      f"attribution.tokens_per_step={args.tokens_per_step}"])
-        trajs = load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
-        log_dir = args.out / f"judge-{env}"
+        scripted = bool(args.scripted) and env in FAILING_CALL
+        trajs = scripted_episodes(env, args.scripted) if scripted else \
+            load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
+        name = f"{env}-scripted" if scripted else env
+        log_dir = args.out / f"judge-{name}"
         log_dir.mkdir(exist_ok=True)
         (log_dir / "llm_calls.jsonl").unlink(missing_ok=True)
         llm.log_path = log_dir / "llm_calls.jsonl"
@@ -147,23 +193,24 @@ def judge(args) -> None:
         attributed, _ = step_advantages("grpo", batch, cfg.algo, cfg.attribution)
         batch.step_labels = None
         plain, _ = step_advantages("grpo", batch, cfg.algo, cfg.attribution)
-        with (args.out / f"judged-{env}.jsonl").open("w") as f:
+        with (args.out / f"judged-{name}.jsonl").open("w") as f:
             for t, a, p in zip(trajs, batch.per_step(attributed), batch.per_step(plain)):
                 f.write(json.dumps({"task": t.task.id, "group": t.group_id, "success": t.success, "reward": t.reward,
-                                    "query": t.flags.get("query", ""), "steps": [
+                                    "query": t.flags.get("query", ""), "source": t.flags.get("source", "rollout"),
+                                    "steps": [
                                         {"action": s.action_text, "observation": s.observation, **s.info["attribution"],
                                          "advantage": round(x, 4), "grpo_advantage": round(y, 4)}
                                         for s, x, y in zip(t.steps, a, p)]}) + "\n")
         n_steps = sum(len(t.steps) for t in trajs)
-        results[env] = {**agree, "trajectories": len(trajs), "failed": sum(not t.success for t in trajs),
+        results[name] = {**agree, "trajectories": len(trajs), "failed": sum(not t.success for t in trajs),
                         "defaulted": metrics["attribution/defaulted"] / max(1, n_steps),
                         "unparsed_replies": metrics["attribution/unparsed"], "bare_replies": metrics["attribution/bare"],
                         "seconds": seconds, "seconds_per_trajectory": seconds / max(1, len(trajs)),
                         "outcome_rule": {k: polar[k] for k in ("accuracy", "balanced_accuracy", "first_error_accuracy")
                                          if k in polar}}
-        print(f"[{time.strftime('%H:%M:%S')}] {env}: {json.dumps(results[env])}", flush=True)
-    (args.out / "summary-judge.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                                             "results": results}, indent=1))
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(results[name])}", flush=True)
+    summary = args.out / f"summary-judge-{'-'.join(args.envs)}{'-scripted' if args.scripted else ''}.json"
+    summary.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
     print("| env | trajectories (failed) | steps | oracle GOOD | judge GOOD | accuracy | balanced accuracy | "
           "GOOD recall | BAD recall | earliest error (n) | defaulted | s / trajectory | outcome rule: accuracy, "
           "balanced, earliest error |")
@@ -244,6 +291,9 @@ def main() -> None:
     ap.add_argument("--judge", default="smollm2-135m", help="judge: the model that judges (no adapter)")
     ap.add_argument("--judge-batch", type=int, default=8, help="judge: conversations per generation batch")
     ap.add_argument("--trajectories", type=int, default=32, help="judge: trajectories judged per environment")
+    ap.add_argument("--scripted", type=int, default=0, metavar="N",
+                    help="judge, tool worlds: judge the scripted episodes of N training tasks (reference, detour, "
+                    "wrong answer: 3 each) instead of the sampled batch")
     ap.add_argument("--tokens-per-step", type=int, default=48, help="judge: reply budget per step")
     ap.add_argument("--alpha", type=float, default=0.2, help="judge: alpha of the advantages written out")
     ap.add_argument("--workers", type=int, default=2, help="runs in parallel")
