@@ -8,7 +8,7 @@ from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
-                                            ExplorationRecord)
+                                            ExplorationRecord, first_call)
 from selfevolve.questioning.filters import execute, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.pipeline import diversity, run_questioning
 from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
@@ -51,14 +51,14 @@ def test_prefill_opens_an_unused_operation_in_breadth_and_the_call_format_in_dep
     env.reset(5)
     ops = env.operations  # 11 operations: seed 5, turn 0 opens the 6th, find_products (its one argument: query)
     assert ops[5] == "find_products"
-    assert env.reply_prefix() == '<tool_call>\n{"name": "find_products", "arguments": {"query": '
+    assert env.reply_prefix() == '<tool_call>\n{"name": "find_products", "arguments": {"query": "'
     # the model completes it: the reply is the prefix plus its text, a well-formed call
-    reply = env.reply_prefix() + '"shirt"}}\n</tool_call>'
+    reply = env.reply_prefix() + 'shirt"}}\n</tool_call>'
     assert world.toolset.parse(reply).arguments == {"query": "shirt"}
     env.step(format_tool_call("get_order", {"order_id": order}))
     unused = [op for op in ops if op != "get_order"]  # turn 1, seed 5: the 7th of 10, (5 + 1) % 10 = 6
     assert unused[6] == "cancel_order"
-    assert env.reply_prefix() == f'{CALL_OPEN}cancel_order", "arguments": {{"order_id": '
+    assert env.reply_prefix() == f'{CALL_OPEN}cancel_order", "arguments": {{"order_id": "'
     env.step(format_tool_call("get_order", {"order_id": "nope"}))
     assert env.reply_prefix() == CALL_OPEN  # depth: the model chooses the operation
     env.reset(0)
@@ -69,6 +69,21 @@ def test_prefill_opens_an_unused_operation_in_breadth_and_the_call_format_in_dep
     assert Exploration(world, prefill="none").reply_prefix() == ""
     with pytest.raises(ValueError, match="prefill must be one of none, format, operation"):
         Exploration(world, prefill="all")
+
+
+def test_first_call_drops_what_follows_a_complete_call():
+    call = '<tool_call>\n{"name": "find_products", "arguments": {"query": "shirt"}}\n</tool_call>'
+    assert first_call('<tool_call>\n{"name": "find_products", "arguments": {"query": "shirt"}}, "new_id": 12}') \
+        == call
+    assert first_call('I look.<tool_call>```json\n{"name": "find_products", "arguments": {"query": "shirt"}}```') \
+        == "I look." + call
+    for reply in ('<tool_call>\n{"name": "get_order", "arguments": {"order_id": 12', "no call", "<tool_call>[1, 2]"):
+        assert first_call(reply) == reply  # nothing complete to keep: unchanged, the world refuses it
+    world, _ = shop_order()
+    env = Exploration(world, max_turns=2)
+    env.reset(0)
+    env.step('<tool_call>\n{"name": "find_products", "arguments": {"query": "shirt"}}, "new_id": 12}')
+    assert env.log[0]["valid"] and env.log[0]["call"] == world.toolset.parse(call).text()
 
 
 def test_jaccard_and_duplicates_by_hand():

@@ -23,13 +23,14 @@ are what the task writer (``synthesize.py``) reads.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.worlds.tools import CallError
+from selfevolve.worlds.tools import CLOSE_TAG, OPEN_TAG, CallError
 
 BRIEF = ("There is no customer and no task yet. Explore this system: call one tool per reply to find out what "
          "data it holds ({entities}). Do not call finish.")
@@ -37,7 +38,7 @@ BREADTH_HINT = "Next, try an operation you have not used yet: {ops}."
 DEPTH_HINT = "Next, use a value from a result above (an id, a name, an email) as an argument of another operation."
 REPEAT = "Error: you already made this exact call. Make a different one."
 NO_FINISH = "Error: there is no task to finish; keep exploring with the other tools."
-CALL_OPEN = '<tool_call>\n{"name": "'  # the tool-call format of worlds/tools.py, up to the tool's name
+CALL_OPEN = OPEN_TAG + '\n{"name": "'  # the tool-call format of worlds/tools.py, up to the tool's name
 PREFILLS = ("none", "format", "operation")
 
 
@@ -83,12 +84,17 @@ class Exploration(TextEnv):
         if not unused:
             return CALL_OPEN
         op = unused[(self.seed + self.turn) % len(unused)]
-        required = self.world.toolset[op].parameters.get("required", [])
-        first = f'"{required[0]}": ' if required else ""
+        schema = self.world.toolset[op].parameters
+        required = schema.get("required", [])
+        first = ""
+        if required:  # a string value opens with its quote: untrained, the model wrote bare numbers for ids
+            string = schema.get("properties", {}).get(required[0], {}).get("type") == "string"
+            first = f'"{required[0]}": ' + ('"' if string else "")
         return f'{CALL_OPEN}{op}", "arguments": {{{first}'
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
+        action = first_call(action)
         done = self.turn >= self.max_turns
         try:
             call = self.world.toolset.parse(action)
@@ -108,6 +114,25 @@ class Exploration(TextEnv):
                          "repeat": False, "result": obs})
         return StepResult(f"{obs}\n{self.hint()}", 0.0, done or world_done,
                           {"success": False, "valid_action": valid, "tool_call": info.get("tool_call")})
+
+
+def first_call(reply: str) -> str:
+    """The reply's tool call cut after its first complete JSON object: a small model often goes on writing
+    after a well-formed call (``...}}, "new_id": 12}``), which the strict parser rejects as a whole. Exploration
+    needs calls that run, not a clean reply, so the rest is dropped; a reply without a complete object after
+    ``<tool_call>`` is returned unchanged (and refused by the world as before)."""
+    open_at = reply.find(OPEN_TAG)
+    if open_at < 0:
+        return reply
+    body = reply[open_at + len(OPEN_TAG):].lstrip()
+    body = body.removeprefix("```json").removeprefix("```").lstrip()
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(body)
+    except (json.JSONDecodeError, RecursionError):
+        return reply
+    if not isinstance(obj, dict):
+        return reply
+    return f"{reply[:open_at]}{OPEN_TAG}\n{json.dumps(obj, ensure_ascii=False)}\n{CLOSE_TAG}"
 
 
 @dataclass

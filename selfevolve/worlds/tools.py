@@ -206,7 +206,7 @@ def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"  # a reply's tool call sits between them
 
 
 def _unfence(body: str) -> str:
@@ -235,15 +235,15 @@ def parse_tool_call(text: Any) -> ToolCall:
     if problem:
         raise CallError(problem)
     text = clean_text(text)
-    count = text.count(_OPEN)
+    count = text.count(OPEN_TAG)
     if count == 0:
-        raise CallError(f'no tool call found. Reply with {_OPEN}{{"name": ..., "arguments": {{...}}}}{_CLOSE}')
+        raise CallError(f'no tool call found. Reply with {OPEN_TAG}{{"name": ..., "arguments": {{...}}}}{CLOSE_TAG}')
     if count > 1:
         raise CallError("make exactly one tool call per turn")
-    body = text.split(_OPEN, 1)[1]
-    if _CLOSE in body:
-        body, rest = body.split(_CLOSE, 1)
-        if _CLOSE in rest:
+    body = text.split(OPEN_TAG, 1)[1]
+    if CLOSE_TAG in body:
+        body, rest = body.split(CLOSE_TAG, 1)
+        if CLOSE_TAG in rest:
             raise CallError("make exactly one tool call per turn")
     body = _unfence(body)
     try:
