@@ -71,6 +71,21 @@ def test_prefill_opens_an_unused_operation_in_breadth_and_the_call_format_in_dep
         Exploration(world, prefill="all")
 
 
+def test_shop_exploration_starts_from_a_training_customer():
+    world, _ = shop_order()
+    env = Exploration(world)
+    marks = world.held_out_marks()
+    emails = set()
+    for seed in range(20):
+        first = env.reset(seed)
+        email = first.rsplit("email ", 1)[1].rstrip(".")
+        assert email not in marks and not any(m in first for m in marks)
+        emails.add(email)
+        assert env.step(format_tool_call("find_user_by_email", {"email": email})).info["valid_action"]
+        assert env.log[-1]["valid"]  # the call ran: the anchor is a real customer
+    assert len(emails) == 20  # one customer per sandbox seed
+
+
 def test_first_call_drops_what_follows_a_complete_call():
     call = '<tool_call>\n{"name": "find_products", "arguments": {"query": "shirt"}}\n</tool_call>'
     assert first_call('<tool_call>\n{"name": "find_products", "arguments": {"query": "shirt"}}, "new_id": 12}') \

@@ -9,6 +9,8 @@ world holds, one tool call per turn:
   that calls chain the way a real request's calls do;
 - a **myopic window**: only the last ``window`` turns are shown (``PromptBuilder.history``), as in the paper —
   exploration is local, and short prompts keep it cheap;
+- **an anchor** (``ToolWorld.exploration_anchor``, ours): a world whose operations all need an identifier no
+  call can list shows one record to start from (the shop: a training customer's name and email per sandbox);
 - **no identical repeats**: a call made before is refused (the world is not stepped) and the model is told so;
   so is ``finish`` (there is no task to end);
 - **prefill** (``questioning.prefill``, an output-format aid, not in the paper): each reply starts with the
@@ -32,7 +34,7 @@ import torch
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.worlds.tools import CLOSE_TAG, OPEN_TAG, CallError
 
-BRIEF = ("There is no customer and no task yet. Explore this system: call one tool per reply to find out what "
+BRIEF = ("There is no request and no task yet. Explore this system: call one tool per reply to find out what "
          "data it holds ({entities}). Do not call finish.")
 BREADTH_HINT = "Next, try an operation you have not used yet: {ops}."
 DEPTH_HINT = "Next, use a value from a result above (an id, a name, an email) as an argument of another operation."
@@ -64,7 +66,9 @@ class Exploration(TextEnv):
         self.world.reset(seed)  # a training task's fresh world; its request is not shown
         self.seed, self.turn, self.keys, self.used = seed, 0, set(), []
         self.log: list[dict[str, Any]] = []
-        return BRIEF.format(entities=self.entities or "its records")
+        anchor = getattr(self.world, "exploration_anchor", None)  # e.g. a customer of the shop to start from
+        anchor = anchor(seed) if callable(anchor) else ""
+        return BRIEF.format(entities=self.entities or "its records") + (f" {anchor}" if anchor else "")
 
     def unused(self) -> list[str]:
         """The operations still to try in the breadth phase (none after it)."""

@@ -244,6 +244,12 @@ class ToolWorld(TextEnv):
         dropped, so self-questioning never trains on test material. Default: none."""
         return set()
 
+    def exploration_anchor(self, seed: int) -> str:
+        """A record to start exploring from, shown to the explorer of sandbox ``seed`` (self-questioning), for
+        a world whose operations all need an identifier no call can list: without one, an explorer can only
+        guess ids. Never about held-out tasks. Default: none."""
+        return ""
+
     def world_snapshot(self) -> Any:
         return None
 

@@ -90,6 +90,15 @@ class ShopEnv(ShopTools, ToolWorld):
     def held_out_marks(self) -> set[str]:
         return set(held_out_marks(self.db_seed))
 
+    def exploration_anchor(self, seed: int) -> str:
+        """One training customer per sandbox seed (name and email): every shop operation but find_products needs
+        an id or email, which an explorer cannot list."""
+        marks = self.held_out_marks()  # a training customer may share a test customer's name: left out too
+        users = self.conn.execute("SELECT id, first_name, last_name, email FROM users ORDER BY id").fetchall()
+        users = [u for u in users if not {u[0], f"{u[1]} {u[2]}", u[3]} & marks]
+        _, first, last, email = users[seed % len(users)]
+        return f"One customer of this shop, to start from: {first} {last}, email {email}."
+
     def changes(self) -> dict[str, Any]:
         """The rows this episode has inserted, updated or deleted so far (see ``shop_data.changes``)."""
         return changes(self.conn, self.db_seed)
