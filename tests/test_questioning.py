@@ -144,6 +144,23 @@ def test_writer_prompt_and_parsing():
     assert parse_tasks("no json") is None and parse_tasks('[{"query": ""}]') is None
 
 
+def test_writer_json_one_bracket_off_is_mended():
+    from selfevolve.models.llm import mend_brackets
+
+    # a real 135M writer reply (tables): one brace too many after the first call's arguments, the list unclosed
+    reply = ('[{"query": "How many rows of the table are there?", "confidence": 0.9, "action_sequence": [{"name": '
+             '"load_table", "arguments": {"table": "employees"}}}, {"name": "finish", "arguments": {"answer": "80"}}]')
+    assert parse_tasks(reply) == [{"query": "How many rows of the table are there?", "confidence": 0.9,
+                                   "action_sequence": [{"name": "load_table", "arguments": {"table": "employees"}},
+                                                       {"name": "finish", "arguments": {"answer": "80"}}]}]
+    # brackets inside strings are text; an escaped quote does not end a string; prose after the value is cut
+    assert mend_brackets('{"a": "x}]\\"", "b": [1, 2') == '{"a": "x}]\\"", "b": [1, 2]}'
+    assert mend_brackets('{"a": "cut sho') == '{"a": "cut sho"}'
+    assert mend_brackets('[1, 2]] and then {"x": 1}') == "[1, 2]"
+    assert parse_tasks('[{"query": "q", "action_sequence": [1, 2}') is not None  # mended: a query, no calls
+    assert parse_tasks("no json [ at all") is None
+
+
 def test_template_writer_phrases_a_verified_lookup():
     world, order = shop_order()
     env = Exploration(world, breadth_steps=0, max_turns=2)

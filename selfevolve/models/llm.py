@@ -41,12 +41,48 @@ def parse_json_list(text: str) -> list[dict] | None:
             break
         except json.JSONDecodeError:
             continue
+    if data is None:  # one bracket off, or cut by the reply budget: the first value with its brackets mended
+        starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+        try:
+            data = loads_json(mend_brackets(text[min(starts):])) if starts else None
+        except json.JSONDecodeError:
+            data = None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         return None
     objects = [d for d in data if isinstance(d, dict)]
     return objects or None
+
+
+def mend_brackets(text: str) -> str:
+    """The first JSON value of ``text`` (which starts with ``[`` or ``{``) with its brackets mended, strings
+    respected: a closing bracket that does not match the open one is dropped, and what is still open at the end
+    is closed. A 135M writer's JSON is often one brace off (``{"table": "flights"}}}`` inside a list) or cut
+    short by its token budget; nothing else is changed, so a reply that is wrong in another way stays wrong."""
+    out: list[str] = []
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            if not stack or stack[-1] != ch:
+                continue  # a stray closer: dropped
+            stack.pop()
+        out.append(ch)
+        if not stack and not in_string and out:
+            return "".join(out)  # the first value is complete: the prose after it is not JSON
+    return "".join(out) + ('"' if in_string else "") + "".join(reversed(stack))
 
 
 class LLM:
