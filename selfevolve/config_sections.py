@@ -299,6 +299,9 @@ class QuestioningConfig(_Section):
         "models): none (the model writes the whole reply), format (with the tool-call opening, up to the tool's "
         "name), operation (in breadth, with the call of an operation not used yet, up to its first argument's "
         "value; depth as format).")
+    explorations_from: str = Field("", description="An earlier run's questioning.out folder (or its "
+                                   "explorations.jsonl): write tasks from its explorations instead of exploring "
+                                   "(another writer or prompt on the same explorations).")
     tasks_per_exploration: int = Field(3, ge=1, description="Tasks the writer is asked for per exploration.")
     num_ops: int = Field(2, ge=1, description="Task preference: operations a task should take (finish included).")
     writer: Literal["llm", "template"] = Field(
@@ -306,6 +309,9 @@ class QuestioningConfig(_Section):
         "verified look-ups of the exploration as questions (a labelled fallback, no model).")
     llm: str = Field("policy", description="Model of the writer calls: policy, base, a local model path or "
                      "openai:MODEL (see llm_api).")
+    writer_prefill: bool = Field(True, description="Tool worlds: a local writer's reply starts with the task "
+                                 "list's opening, '[{\"query\": \"' (an output-format aid; a remote writer is "
+                                 "asked plainly).")
     max_new_tokens: int = Field(320, ge=16, description="Reply budget of a writer call.")
     duplicate: float = Field(0.8, gt=0, le=1, description="Jaccard similarity of queries at or above which a "
                              "task is a duplicate.")

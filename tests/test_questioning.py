@@ -11,7 +11,8 @@ from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT,
                                             ExplorationRecord, first_call)
 from selfevolve.questioning.filters import execute, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.pipeline import diversity, run_questioning
-from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
+from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
+                                              writer_messages)
 from selfevolve.worlds import ShopEnv
 from selfevolve.worlds.base import Task as WorldTask
 from selfevolve.worlds.base import save_tasks
@@ -161,6 +162,24 @@ def test_writer_json_one_bracket_off_is_mended():
     assert parse_tasks("no json [ at all") is None
 
 
+def test_writer_prefill_opens_the_reply_in_json(tmp_path):
+    from selfevolve.agent.prompt import render_chat
+    from selfevolve.models.llm import LLM
+    from selfevolve.train.build import build_policy
+
+    policy = build_policy(load_config(overrides=TINY))
+    llm = LLM("policy", policy, log_dir=tmp_path, max_new_tokens=6)
+    msgs = writer_messages(ShopEnv.profile, "1. get_user(U001)", [], 1, 2)
+    (reply,) = llm.chat([msgs], purpose="write_tasks", prefix=WRITER_OPENING)
+    # the opening is part of the prompt the model continues, and of the reply that is parsed and logged
+    opening = policy.tokenizer.encode(WRITER_OPENING, add_special_tokens=False)
+    (ids,) = policy.generate([render_chat(policy.tokenizer, msgs) + opening], greedy=True, max_new_tokens=6).ids
+    assert reply == WRITER_OPENING + policy.decode(ids)
+    assert json.loads((tmp_path / "llm_calls.jsonl").read_text())["output"] == reply
+    (plain,) = llm.chat([msgs], purpose="write_tasks")
+    assert not plain.startswith(WRITER_OPENING)  # the random model does not write JSON by itself
+
+
 def test_template_writer_phrases_a_verified_lookup():
     world, order = shop_order()
     env = Exploration(world, breadth_steps=0, max_turns=2)
@@ -212,3 +231,51 @@ def test_explore_pipeline_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(SokobanEnv, "profile", None)  # a world without a profile (every built-in one has one)
     with pytest.raises(SelfEvolveError, match="profile"):
         run_questioning(load_config(overrides=[*TINY, "env.name=sokoban", f"questioning.out={out}"]))
+
+
+def test_tasks_are_written_again_from_saved_explorations(tmp_path, monkeypatch):
+    from selfevolve.models.llm import LLM
+
+    world, order = shop_order()
+    env = Exploration(world, breadth_steps=0, max_turns=2)
+    env.reset(0)
+    env.step(format_tool_call("get_order", {"order_id": order}))
+    env.step("not a call")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "explorations.jsonl").write_text(json.dumps({"seed": 0, "turns": env.log}) + "\n")
+    (earlier / "report.json").write_text(json.dumps({"env": "shop"}))
+    out = tmp_path / "again"
+    report = run_questioning(load_config(overrides=[*TINY, "env.name=shop", "questioning.writer=template",
+                                                    f"questioning.explorations_from={earlier}",
+                                                    f"questioning.out={out}"]))
+    # no exploring: the one saved exploration, its 2 calls (1 working), copied into the new folder
+    assert (report["explorations"], report["calls"], report["working_calls"], report["kept"]) == (1, 2, 1, 1)
+    assert (out / "explorations.jsonl").read_text() == (earlier / "explorations.jsonl").read_text()
+    (task,) = [json.loads(x) for x in (out / "tasks.jsonl").read_text().splitlines()]
+    assert task["solution"][0] == {"name": "get_order", "arguments": {"order_id": order}}
+    # the LLM writer on the same exploration: a copy of the worked example is a duplicate, a real task is kept
+    status = json.loads(env.log[0]["result"])["status"]
+    replies = {"write_tasks": [json.dumps([json.loads(WRITER_EXAMPLE[1]["content"])[0], {
+        "query": f"What is the status of my order {order}?", "action_sequence": [
+            {"name": "get_order", "arguments": {"order_id": order}},
+            {"name": "finish", "arguments": {"answer": status}}]}])], "intent": ["order_status"]}
+    monkeypatch.setattr(LLM, "chat", lambda self, convs, purpose, **kw: replies[purpose][:len(convs)])
+    written = run_questioning(load_config(overrides=[*TINY, "env.name=shop", f"questioning.explorations_from={earlier}",
+                                                     f"questioning.out={tmp_path / 'llm'}"]))
+    assert (written["candidates"], written["removed"]["duplicate"], written["kept"]) == (2, 1, 1)
+    assert written["intents"] == {"order_status": 1}
+    # the same folder as its own source: read before it is emptied
+    again = run_questioning(load_config(overrides=[*TINY, "env.name=shop", "questioning.writer=template",
+                                                   f"questioning.explorations_from={out}", f"questioning.out={out}"]))
+    assert again["kept"] == 1
+    with pytest.raises(SelfEvolveError, match="explored 'shop', not 'tables'"):
+        run_questioning(load_config(overrides=[*TINY, "env.name=tables", f"questioning.explorations_from={earlier}",
+                                               f"questioning.out={tmp_path / 'x'}"]))
+    (earlier / "explorations.jsonl").write_text('{"seed": 0}\n')
+    with pytest.raises(SelfEvolveError, match="line 1: not an exploration record"):
+        run_questioning(load_config(overrides=[*TINY, "env.name=shop", f"questioning.explorations_from={earlier}",
+                                               f"questioning.out={tmp_path / 'x'}"]))
+    with pytest.raises(SelfEvolveError, match="no explorations file"):
+        run_questioning(load_config(overrides=[*TINY, "env.name=shop",
+                                               f"questioning.explorations_from={tmp_path / 'none'}"]))

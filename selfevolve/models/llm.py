@@ -122,8 +122,14 @@ class LLM:
     def _mode(self):
         return self.policy.reference() if self.backend == "base" else contextlib.nullcontext()
 
-    def chat(self, conversations: list[list[dict]], purpose: str, max_new_tokens: int | None = None) -> list[str]:
-        """Greedy replies to ``conversations`` (each a list of ``{"role", "content"}``), in batches."""
+    def chat(self, conversations: list[list[dict]], purpose: str, max_new_tokens: int | None = None,
+             prefix: str = "") -> list[str]:
+        """Greedy replies to ``conversations`` (each a list of ``{"role", "content"}``), in batches.
+
+        ``prefix`` opens every reply of a local backend (appended after the assistant turn's opening, and part
+        of the returned text): a 135M writer asked for JSON often continues the exploration's format instead,
+        while one whose reply already starts with ``[{"query": "`` goes on in JSON. A remote server is asked
+        plainly (the chat API has no portable way to prefill), so its replies come back without it."""
         from selfevolve.agent.prompt import render_chat
 
         budget = max_new_tokens or self.max_new_tokens
@@ -135,10 +141,11 @@ class LLM:
         out: list[str] = []
         for start in range(0, len(conversations), self.batch_size):
             batch = conversations[start:start + self.batch_size]
-            prompts = [render_chat(self.tokenizer, msgs) for msgs in batch]
+            opening = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+            prompts = [render_chat(self.tokenizer, msgs) + opening for msgs in batch]
             with self._mode():
                 gen = self.policy.generate(prompts, greedy=True, max_new_tokens=budget)
-            out += [self.policy.decode(ids) for ids in gen.ids]
+            out += [prefix + self.policy.decode(ids) for ids in gen.ids]
         self._record(purpose, conversations, out)
         return out
 

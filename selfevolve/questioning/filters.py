@@ -1,11 +1,11 @@
 """The filters a synthesized task must pass (AgentEvolver self-questioning, stage 3), each counted.
 
 In order: the writer's reply must parse (``unparseable``); the query must not be a lexical duplicate of a task
-kept before, of an earlier objective or of a held-out test request — Jaccard similarity ≥ 0.8 over lowercased
-word sets (``duplicate``); the reference must not be empty (``empty_reference``); it must not mention what only
-test tasks are about (``held_out``: the shop's test customers, their orders, the test variants); and it must
-**execute**: replayed call by call in a fresh copy of the world, every call must be well-formed and accepted,
-and it must end with ``finish`` (``execution``). The execution also gives the task its verifier — the goal the
+kept before, of an earlier objective, of a held-out test request or of the writer's worked example — Jaccard
+similarity ≥ 0.8 over lowercased word sets (``duplicate``); the reference must not be empty
+(``empty_reference``); it must not mention what only test tasks are about (``held_out``: the shop's test
+customers, their orders, the test variants); and it must **execute**: replayed call by call in a fresh copy of
+the world, every call must be well-formed and accepted, and it must end with ``finish`` (``execution``). The execution also gives the task its verifier — the goal the
 world checks (``ToolWorld.derived_goal``: the answer, and for the shop the exact rows changed) — and the task is
 then replayed once more as a task of the world, which must count it solved (``unverifiable`` otherwise).
 """

@@ -263,7 +263,7 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     from selfevolve.envs import make_env
     from selfevolve.models.llm import LLM
     from selfevolve.questioning.explore import explore
-    from selfevolve.questioning.pipeline import diversity, fresh_out, save_explorations
+    from selfevolve.questioning.pipeline import diversity, explorations
     from selfevolve.questioning.synthesize import parse_tasks
     from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
     from selfevolve.worlds.base import save_tasks
@@ -272,15 +272,18 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     options = {**cfg.env.options(), "split": "train", "tasks_file": ""}  # explorations: the ordinary game
     game.check_options(options)
     world = make_env(env_cls, **options)  # bad options fail here, before anything is written
-    out = fresh_out(q.out)
+    out = Path(q.out)
     policy = build_policy(cfg)
     load_init_adapter(cfg, policy)  # model.init_from: explore with a trained adapter
     builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
     say = console.print if console is not None else (lambda *a, **k: None)
-    say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} turns")
-    records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
-                      steps=q.steps, breadth_steps=q.breadth_steps, seed=cfg.seed, exploration=exploration)
-    save_explorations(out, records)
+
+    def run():
+        say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} turns")
+        return explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
+                       steps=q.steps, breadth_steps=q.breadth_steps, seed=cfg.seed, exploration=exploration)
+
+    records = explorations(cfg, out, say, run)
 
     # ---- writing -----------------------------------------------------------------------------------------
     useful = [r for r in records if r.good_turns]

@@ -20,9 +20,10 @@ from selfevolve.envs import make_env
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
-from selfevolve.questioning.explore import Exploration, explore
+from selfevolve.questioning.explore import Exploration, ExplorationRecord, explore
 from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
-from selfevolve.questioning.synthesize import parse_tasks, template_tasks, writer_messages
+from selfevolve.questioning.synthesize import (EXAMPLE_QUERY, WRITER_OPENING, parse_tasks, template_tasks,
+                                              writer_messages)
 from selfevolve.worlds.base import Task as WorldTask
 from selfevolve.worlds.base import save_tasks
 
@@ -57,6 +58,42 @@ def fresh_out(folder: str) -> Path:
     return out
 
 
+def load_explorations(path: str, env_name: str) -> list[ExplorationRecord]:
+    """``questioning.explorations_from``: the explorations of an earlier run (its ``questioning.out`` folder or
+    its ``explorations.jsonl``), to write tasks from them again — another writer, another prompt — without
+    exploring anew. The earlier run's ``report.json``, when beside it, must name the same world."""
+    given = Path(path)
+    file = given / "explorations.jsonl" if given.is_dir() else given
+    if not file.is_file():
+        raise SelfEvolveError(f"questioning.explorations_from: no explorations file at {file}")
+    report = file.parent / "report.json"
+    if report.is_file():
+        env = json.loads(report.read_text()).get("env")
+        if env not in (None, env_name):
+            raise SelfEvolveError(f"questioning.explorations_from: {file} explored {env!r}, not {env_name!r}")
+    records = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            records.append(ExplorationRecord(seed=int(row["seed"]), turns=list(row["turns"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise SelfEvolveError(f"{file}, line {n}: not an exploration record ({e})") from None
+    return records
+
+
+def explorations(cfg, out: Path, say, run) -> list[ExplorationRecord]:
+    """The explorations to write from: loaded (``questioning.explorations_from``, read before ``out`` is
+    emptied, as it may be the same folder) or made by ``run()``; saved to ``out`` either way."""
+    q = cfg.questioning
+    if q.explorations_from:
+        records = load_explorations(q.explorations_from, cfg.env.name)
+        say(f"writing from {len(records)} saved explorations ({q.explorations_from})")
+    else:
+        records = run()
+    save_explorations(fresh_out(str(out)), records)
+    return records
+
+
 def save_explorations(out: Path, records) -> None:
     """``explorations.jsonl``: every exploration, every turn."""
     with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
@@ -82,19 +119,22 @@ def run_questioning(cfg, console=None) -> dict:
         return run_grid_questioning(cfg, env_cls, exploration, console)
     profile = env_cls.profile
     options = {**cfg.env.options(), "split": "train"}  # sandboxes are training seeds
-    out = fresh_out(q.out)
+    out = Path(q.out)
 
     policy = build_policy(cfg)
     load_init_adapter(cfg, policy)  # model.init_from: explore with a trained adapter
     world = make_env(env_cls, **options)
     builder = dataclasses.replace(build_prompt(cfg, policy, world), history=q.window)
     say = console.print if console is not None else (lambda *a, **k: None)
-    say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} calls")
     entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
-    records = explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
-                      steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed,
-                      exploration=functools.partial(Exploration, prefill=q.prefill))
-    save_explorations(out, records)
+
+    def run():
+        say(f"exploring {env_cls.name}: {q.explorations} explorations x {q.steps} calls")
+        return explore(policy, builder, lambda: make_env(env_cls, **options), explorations=q.explorations,
+                       steps=q.steps, breadth_steps=q.breadth_steps, entities=entities, seed=cfg.seed,
+                       exploration=functools.partial(Exploration, prefill=q.prefill))
+
+    records = explorations(cfg, out, say, run)
 
     # ---- writing -----------------------------------------------------------------------------------------
     llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
@@ -110,7 +150,8 @@ def run_questioning(cfg, console=None) -> dict:
             batch = useful[start:start + llm.batch_size]
             earlier = [t["query"] for _, t in candidates]
             replies = llm.chat([writer_messages(profile, r.text(), earlier, q.tasks_per_exploration, q.num_ops)
-                                for r in batch], purpose="write_tasks")
+                                for r in batch], purpose="write_tasks",
+                               prefix=WRITER_OPENING if q.writer_prefill else "")
             for r, reply in zip(batch, replies):
                 found = parse_tasks(reply)
                 if found is None:
@@ -124,7 +165,7 @@ def run_questioning(cfg, console=None) -> dict:
     kept: list[WorldTask] = []
     for seed, t in candidates:
         calls = t["action_sequence"]
-        if is_duplicate(t["query"], [k.instruction for k in kept] + held_out, q.duplicate):
+        if is_duplicate(t["query"], [k.instruction for k in kept] + held_out + [EXAMPLE_QUERY], q.duplicate):
             counts["duplicate"] += 1
         elif not calls:
             counts["empty_reference"] += 1

@@ -6,7 +6,9 @@ task should take), the objectives written before (so it does not repeat them) an
 results, and answers with JSON: ``[{"query", "confidence", "action_sequence": [{"name", "arguments"}, ...]}]``
 where the action sequence — ending with ``finish`` — is the reference solution. One worked exchange (a made-up
 library world, no built-in world's data) comes first: small models copy a shown format far more reliably
-than they follow a described one. Replies without such JSON are counted and skipped (``filters.py``).
+than they follow a described one; with ``questioning.writer_prefill`` the reply also starts with the list's
+opening (``WRITER_OPENING``), since the 135M writer otherwise tends to go on writing the exploration's calls.
+Replies without such JSON are counted and skipped (``filters.py``).
 
 ``questioning.writer=template`` is a labelled alternative for when the model writes too few usable tasks: it
 phrases one verified look-up of the exploration as a question from the operation's description; it is never
@@ -36,6 +38,10 @@ WRITER_EXAMPLE = (
      '0.9, "action_sequence": [{"name": "find_book", "arguments": {"title": "Dune"}}, {"name": "finish", '
      '"arguments": {"answer": "2"}}]}]'},
 )
+
+
+EXAMPLE_QUERY = json.loads(WRITER_EXAMPLE[1]["content"])[0]["query"]  # a copy of it is a `duplicate`
+WRITER_OPENING = '[{"query": "'  # questioning.writer_prefill: the reply's first characters, already in JSON
 
 
 def writer_messages(profile, exploration_text: str, earlier: list[str], n: int, num_ops: int) -> list[dict]:
