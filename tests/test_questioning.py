@@ -9,7 +9,7 @@ from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord, first_call)
-from selfevolve.questioning.filters import execute, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.filters import execute, grounded, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.pipeline import diversity, run_questioning
 from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
@@ -180,6 +180,19 @@ def test_writer_prefill_opens_the_reply_in_json(tmp_path):
     assert not plain.startswith(WRITER_OPENING)  # the random model does not write JSON by itself
 
 
+def test_a_lookups_answer_must_be_something_its_calls_returned():
+    # the 135M tables writer's kept task before this filter: 80 rows returned, "10" answered
+    loaded = ['{"table": "employees", "rows": 80, "columns": ["id", "name", "department"]}']
+    assert not grounded("10", loaded) and grounded("80", loaded) and grounded(80, loaded) and grounded("80.0", loaded)
+    assert grounded("Name, ID", loaded) and not grounded("name, salary", loaded)  # a list: every part returned
+    assert not grounded("", loaded) and not grounded("employees table", loaded)
+    assert grounded("$1,250.5", ['{"total": 1250.5}', "Error: not JSON"]) and not grounded("1250", ['{"t": 1250.5}'])
+    world, order = shop_order()
+    run = execute(world, 0, [{"name": "get_order", "arguments": {"order_id": order}},
+                             {"name": "finish", "arguments": {"answer": "x"}}])
+    assert run.ok and len(run.results) == 1 and json.loads(run.results[0].splitlines()[0])["order_id"] == order
+
+
 def test_template_writer_phrases_a_verified_lookup():
     world, order = shop_order()
     env = Exploration(world, breadth_steps=0, max_turns=2)
@@ -256,14 +269,19 @@ def test_tasks_are_written_again_from_saved_explorations(tmp_path, monkeypatch):
     assert task["solution"][0] == {"name": "get_order", "arguments": {"order_id": order}}
     # the LLM writer on the same exploration: a copy of the worked example is a duplicate, a real task is kept
     status = json.loads(env.log[0]["result"])["status"]
-    replies = {"write_tasks": [json.dumps([json.loads(WRITER_EXAMPLE[1]["content"])[0], {
-        "query": f"What is the status of my order {order}?", "action_sequence": [
-            {"name": "get_order", "arguments": {"order_id": order}},
-            {"name": "finish", "arguments": {"answer": status}}]}])], "intent": ["order_status"]}
+    def look_up(query, answer):
+        return {"query": query, "action_sequence": [{"name": "get_order", "arguments": {"order_id": order}},
+                                                    {"name": "finish", "arguments": {"answer": answer}}]}
+    replies = {"write_tasks": [json.dumps([json.loads(WRITER_EXAMPLE[1]["content"])[0],
+                                           look_up(f"What is the status of my order {order}?", status),
+                                           look_up("How many items are in it?", "12345")])],
+               "intent": ["order_status"]}
     monkeypatch.setattr(LLM, "chat", lambda self, convs, purpose, **kw: replies[purpose][:len(convs)])
     written = run_questioning(load_config(overrides=[*TINY, "env.name=shop", f"questioning.explorations_from={earlier}",
                                                      f"questioning.out={tmp_path / 'llm'}"]))
-    assert (written["candidates"], written["removed"]["duplicate"], written["kept"]) == (2, 1, 1)
+    assert written["candidates"] == 3 and written["kept"] == 1
+    assert written["removed"] == {"unparseable": 0, "duplicate": 1, "empty_reference": 0, "held_out": 0,
+                                  "execution": 0, "ungrounded": 1, "unverifiable": 0}
     assert written["intents"] == {"order_status": 1}
     # the same folder as its own source: read before it is emptied
     again = run_questioning(load_config(overrides=[*TINY, "env.name=shop", "questioning.writer=template",

@@ -5,7 +5,9 @@ kept before, of an earlier objective, of a held-out test request or of the write
 similarity ≥ 0.8 over lowercased word sets (``duplicate``); the reference must not be empty
 (``empty_reference``); it must not mention what only test tasks are about (``held_out``: the shop's test
 customers, their orders, the test variants); and it must **execute**: replayed call by call in a fresh copy of
-the world, every call must be well-formed and accepted, and it must end with ``finish`` (``execution``). The execution also gives the task its verifier — the goal the
+the world, every call must be well-formed and accepted, and it must end with ``finish`` (``execution``); in a
+tool world, a look-up's answer must be a value its calls returned (``ungrounded``: the writer's answer is its
+own, and the verifier below is derived from it). The execution also gives the task its verifier — the goal the
 world checks (``ToolWorld.derived_goal``: the answer, and for the shop the exact rows changed) — and the task is
 then replayed once more as a task of the world, which must count it solved (``unverifiable`` otherwise).
 """
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from selfevolve.worlds.tools import format_tool_call
 
-FILTERS = ("unparseable", "duplicate", "empty_reference", "held_out", "execution", "unverifiable")
+FILTERS = ("unparseable", "duplicate", "empty_reference", "held_out", "execution", "unverifiable")  # every world
+# tool worlds also check a look-up's answer against what its reference's calls returned (:func:`grounded`)
+TOOL_FILTERS = (*FILTERS[:-1], "ungrounded", FILTERS[-1])
 _WORD = re.compile(r"[a-z0-9]+(?:['._@-][a-z0-9]+)*")
 
 
@@ -50,6 +54,51 @@ class Execution:
     ok: bool
     reason: str = ""
     goal: dict[str, Any] | None = None
+    results: list[str] = field(default_factory=list)  # the observations of the calls before finish
+
+
+def scalars(value: Any) -> list[Any]:
+    """Every string and number inside a JSON value (keys excluded)."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in scalars(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in scalars(v)]
+    return [] if value is None else [value]
+
+
+def _same(answer: str, value: Any) -> bool:
+    """An answer and a returned value are the same: as numbers when both read as numbers ($ and thousands
+    commas ignored), else as text, case and spacing aside."""
+    def number(x):
+        try:
+            return float(str(x).strip().lstrip("$").replace(",", ""))
+        except ValueError:
+            return None
+    a, v = number(answer), None if isinstance(value, bool) else number(value)
+    if a is not None and v is not None:
+        return abs(a - v) <= 1e-6 * max(1.0, abs(v))
+    return " ".join(str(answer).split()).casefold() == " ".join(str(value).split()).casefold()
+
+
+def grounded(answer: Any, results: list[str]) -> bool:
+    """Whether a look-up's final answer is something its reference's calls returned (``ungrounded`` otherwise):
+    equal to a value in one of the JSON results, or, as a list ``"a, b"``, each part equal to one. Execution only
+    shows that a reference runs; the answer is the writer's own, and the 135M writer's are mostly invented
+    (``How many rows of the table are there?`` → ``10`` after a call that returned ``"rows": 80``), which the
+    derived verifier would then reward."""
+    if not str(answer).strip():
+        return False
+    values = []
+    for text in results:
+        for line in text.splitlines():
+            try:
+                values += scalars(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    if any(_same(answer, v) for v in values):
+        return True
+    parts = str(answer).split(",")
+    return len(parts) > 1 and all(any(_same(p, v) for v in values) for p in parts)
 
 
 def execute(world, seed: int, calls: list[dict[str, Any]]) -> Execution:
@@ -58,6 +107,7 @@ def execute(world, seed: int, calls: list[dict[str, Any]]) -> Execution:
     if len(calls) > world.max_turns:
         return Execution(False, f"{len(calls)} calls: more than the world's max_turns ({world.max_turns})")
     world.reset(seed)
+    results = []
     for k, c in enumerate(calls, 1):
         result = world.step(format_tool_call(c["name"], c["arguments"]))
         if not result.info.get("valid_action") or result.info.get("tool_error"):
@@ -65,7 +115,8 @@ def execute(world, seed: int, calls: list[dict[str, Any]]) -> Execution:
         if c["name"] == "finish":
             if k != len(calls):
                 return Execution(False, f"finish is call {k} of {len(calls)}")
-            return Execution(True, goal=json.loads(json.dumps(world.derived_goal(world.answer))))
+            return Execution(True, goal=json.loads(json.dumps(world.derived_goal(world.answer))), results=results)
+        results.append(result.observation)
     return Execution(False, "the reference does not end with finish")
 
 

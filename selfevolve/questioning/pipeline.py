@@ -21,7 +21,7 @@ from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
 from selfevolve.questioning.explore import Exploration, ExplorationRecord, explore
-from selfevolve.questioning.filters import FILTERS, execute, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.filters import TOOL_FILTERS, execute, grounded, is_duplicate, jaccard, mentions, verifies
 from selfevolve.questioning.synthesize import (EXAMPLE_QUERY, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
 from selfevolve.worlds.base import Task as WorldTask
@@ -140,7 +140,7 @@ def run_questioning(cfg, console=None) -> dict:
     llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
               api=cfg.llm_api)
     useful = [r for r in records if r.good_turns]
-    counts = Counter({f: 0 for f in FILTERS})
+    counts = Counter({f: 0 for f in TOOL_FILTERS})
     candidates: list[tuple[int, dict]] = []  # (sandbox seed, task)
     say(f"writing tasks from {len(useful)} explorations with a working call (writer: {q.writer})")
     if q.writer == "template":
@@ -173,8 +173,10 @@ def run_questioning(cfg, console=None) -> dict:
             counts["held_out"] += 1
         elif not (run := execute(world, seed, calls)).ok:
             counts["execution"] += 1
+        elif not (writes := any(env_cls.toolset[c["name"]].writes for c in calls)) \
+                and not grounded(calls[-1]["arguments"].get("answer", ""), run.results):
+            counts["ungrounded"] += 1  # a look-up whose answer none of its calls returned
         else:
-            writes = any(env_cls.toolset[c["name"]].writes for c in calls)
             task = WorldTask(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
                              level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
                              instruction=t["query"], goal=run.goal, solution=calls)
