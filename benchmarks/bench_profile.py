@@ -1,0 +1,202 @@
+"""Where the default run's time goes: a whole `selfevolve train` run, every second charged to a stage.
+
+    python benchmarks/bench_profile.py                          # the default run (about 25 min on a quiet CPU)
+    python benchmarks/bench_profile.py train.steps=2 eval.episodes=16 train.warm_start_steps=2   # a quick look
+
+Arguments are config overrides, as for `selfevolve train` (the run folder defaults to runs/bench_profile and
+is replaced). The run is the trainer's own loop, unchanged; the profile wraps its functions for the duration
+(nothing in the package knows about it), so a stage is exactly what its function does:
+
+- phases (the innermost one a second falls in): evaluation (`Trainer.evaluate`), warm start (behaviour cloning,
+  its evaluation excluded), rollout (`Trainer.collect`), credit, update, checkpoint (`Trainer.save`), logs
+  (trajectory records, metrics), and the rest of the loop;
+- kinds, across phases: the model's forward in generation split into prefill (more than one new position) and
+  decode (one), generation's own work besides the forward (sampling, token statistics), detokenising, the
+  environment step with action parsing, prompt building (`EpisodeContext`), the rest of the rollout loop,
+  expert episodes, the update's forward (`Policy.forward_rows`), backward, optimizer step, collation, and the
+  update's own work (loss, statistics).
+
+Prints both tables and the phase × kind matrix, writes them to OUT/profile.json, and ends with a SUMMARY line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from contextlib import contextmanager, ExitStack
+from pathlib import Path
+
+import torch
+import transformers
+
+import selfevolve.agent.context as context_mod
+import selfevolve.models.policy as policy_mod
+import selfevolve.rollout.runner as runner_mod
+import selfevolve.train.trainer as trainer_mod
+import selfevolve.train.update as update_mod
+from selfevolve.config import load_config
+from selfevolve.train.metrics import MetricsLogger
+
+# region -> the phase it opens (a second is charged to the innermost phase it falls in)
+PHASES = {"evaluation": "evaluation", "warm start": "warm start", "rollout": "rollout", "credit": "credit",
+          "update": "update", "checkpoint": "checkpoint", "trajectory log": "logs", "metrics log": "logs"}
+
+
+class Regions:
+    """Nested wall-clock regions. Each region's exclusive time (its own minus its children's) is charged to the
+    pair (innermost phase on the stack, the region's kind)."""
+
+    def __init__(self):
+        self.stack: list[list] = []  # [name, start, children's seconds]
+        self.charged: dict[tuple[str, str], float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def enter(self, name: str) -> None:
+        self.stack.append([name, time.perf_counter(), 0.0])
+
+    def leave(self) -> None:
+        name, start, children = self.stack.pop()
+        took = time.perf_counter() - start
+        if self.stack:
+            self.stack[-1][2] += took
+        phase = next((PHASES[n] for n, _, _ in reversed(self.stack + [[name, 0, 0]]) if n in PHASES), "loop")
+        # a phase's own time is what its function does besides the regions inside it
+        kind = f"{name} (own work)" if name in ("evaluation", "warm start", "rollout", "update") else name
+        self.charged[(phase, kind)] += took - children
+        self.calls[name] += 1
+
+    @contextmanager
+    def region(self, name: str):
+        self.enter(name)
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def wrap(self, fn, name: str):
+        def timed(*args, **kwargs):
+            with self.region(name):
+                return fn(*args, **kwargs)
+        return timed
+
+    @property
+    def innermost(self) -> str | None:
+        return self.stack[-1][0] if self.stack else None
+
+
+@contextmanager
+def patched(obj, attr: str, value):
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+def instrument(trainer, regions: Regions) -> ExitStack:
+    """Wrap the run's functions; closing the returned stack puts every one back."""
+    stack = ExitStack()
+    r = regions
+    for method, name in (("evaluate", "evaluation"), ("warm_start", "warm start"), ("collect", "rollout"),
+                         ("credit", "credit"), ("update", "update"), ("save", "checkpoint")):
+        stack.enter_context(patched(trainer, method, r.wrap(getattr(trainer, method), name)))
+    for mod, fn, name in ((trainer_mod, "trajectory_records", "trajectory log"),
+                          (trainer_mod, "expert_episodes", "expert episodes"),
+                          (policy_mod, "generate", "generate (sampling, statistics)"),
+                          (runner_mod, "rollout", "rollout loop"),
+                          (runner_mod, "play", "env step + parse"),
+                          (update_mod, "collate", "collate")):
+        stack.enter_context(patched(mod, fn, r.wrap(getattr(mod, fn), name)))
+    # trainer.py imported the rollout function of evaluate.py and collect.py by name: wrap those bindings too
+    import selfevolve.rollout.collect as collect_mod
+    import selfevolve.train.evaluate as evaluate_mod
+    for mod in (collect_mod, evaluate_mod):
+        stack.enter_context(patched(mod, "rollout", r.wrap(getattr(mod, "rollout"), "rollout loop")))
+    for cls, fn in ((MetricsLogger, "log"), (MetricsLogger, "scalar")):
+        stack.enter_context(patched(cls, fn, r.wrap(getattr(cls, fn), "metrics log")))
+    for fn in ("__init__", "advance", "render"):
+        stack.enter_context(patched(context_mod.EpisodeContext, fn,
+                                    r.wrap(getattr(context_mod.EpisodeContext, fn), "prompt building")))
+    policy = trainer.policy
+    stack.enter_context(patched(policy, "decode", r.wrap(policy.decode, "detokenise")))
+    stack.enter_context(patched(policy, "forward_rows", r.wrap(policy.forward_rows, "update forward")))
+    stack.enter_context(patched(trainer.optimizer, "step", r.wrap(trainer.optimizer.step, "optimizer step")))
+    stack.enter_context(patched(torch.Tensor, "backward", r.wrap(torch.Tensor.backward, "backward")))
+
+    def before(module, args, kwargs):
+        if r.innermost == "generate (sampling, statistics)":
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            r.enter("prefill" if ids is not None and ids.shape[1] > 1 else "decode")
+        else:
+            r.enter("model forward (other)")
+
+    def after(module, args, kwargs, output):
+        r.leave()
+
+    hooks = [policy.model.register_forward_pre_hook(before, with_kwargs=True),
+             policy.model.register_forward_hook(after, with_kwargs=True)]
+    stack.callback(lambda: [h.remove() for h in hooks])
+    return stack
+
+
+def table(title: str, totals: dict[str, float], wall: float) -> list[str]:
+    lines = [f"\n{title}", f"{'':34s} {'seconds':>9s} {'share':>7s}"]
+    for name, s in sorted(totals.items(), key=lambda kv: -kv[1]):
+        lines.append(f"{name:34s} {s:9.1f} {s / wall:7.1%}")
+    return lines
+
+
+def main() -> None:
+    overrides = sys.argv[1:]
+    if not any(o.startswith("train.out_dir=") for o in overrides):
+        overrides += ["train.out_dir=runs/bench_profile"]
+    if not any(o.startswith("train.overwrite=") for o in overrides):
+        overrides += ["train.overwrite=true"]
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    cfg = load_config(overrides=overrides)
+    regions = Regions()
+    t0 = time.perf_counter()
+    trainer = trainer_mod.Trainer(cfg)
+    setup = time.perf_counter() - t0
+    with instrument(trainer, regions):
+        t1 = time.perf_counter()
+        result = trainer.train()
+        wall = time.perf_counter() - t1
+    accounted = sum(regions.charged.values())
+    regions.charged[("loop", "rest of the loop")] += wall - accounted
+    by_phase: dict[str, float] = defaultdict(float)
+    by_kind: dict[str, float] = defaultdict(float)
+    for (phase, kind), s in regions.charged.items():
+        by_phase[phase] += s
+        by_kind[kind] += s
+    lines = [f"profile of `selfevolve train {' '.join(sys.argv[1:])}`: {wall:.1f} s in train(), "
+             f"{setup:.1f} s building the trainer; torch threads {torch.get_num_threads()}"]
+    lines += table("by phase", by_phase, wall)
+    lines += table("by kind", by_kind, wall)
+    lines.append("\nphase x kind (seconds)")
+    for phase in sorted(by_phase, key=lambda p: -by_phase[p]):
+        parts = sorted(((k, s) for (p, k), s in regions.charged.items() if p == phase), key=lambda kv: -kv[1])
+        lines.append(f"  {phase}: " + ", ".join(f"{k} {s:.1f}" for k, s in parts if s >= 0.05))
+    print("\n".join(lines))
+    out = Path(cfg.train.out_dir)
+    (out / "profile.json").write_text(json.dumps({
+        "overrides": sys.argv[1:], "wall_s": wall, "setup_s": setup, "threads": torch.get_num_threads(),
+        "by_phase": by_phase, "by_kind": by_kind, "calls": regions.calls,
+        "charged": [{"phase": p, "kind": k, "s": s} for (p, k), s in regions.charged.items()],
+        "eval_success": result.get("eval/success"),
+    }, indent=1))
+    gen = by_kind["prefill"] + by_kind["decode"] + by_kind["generate (sampling, statistics)"]
+    upd = by_kind["update forward"] + by_kind["backward"] + by_kind["optimizer step"]
+    print(f"SUMMARY wall {wall:.0f} s: evaluation {by_phase['evaluation'] / wall:.0%}, "
+          f"warm start {by_phase['warm start'] / wall:.0%}, rollout {by_phase['rollout'] / wall:.0%}, "
+          f"update {by_phase['update'] / wall:.0%}; generation {gen / wall:.0%} (prefill {by_kind['prefill'] / wall:.0%}, "
+          f"decode {by_kind['decode'] / wall:.0%}), update forward+backward+step {upd / wall:.0%}, "
+          f"env {by_kind['env step + parse'] / wall:.0%}; eval/success {result.get('eval/success')}")
+
+
+if __name__ == "__main__":
+    main()
