@@ -2,6 +2,7 @@
 
     python benchmarks/bench_profile.py                          # the default run (about 25 min on a quiet CPU)
     python benchmarks/bench_profile.py train.steps=2 eval.episodes=16 train.warm_start_steps=2   # a quick look
+    python benchmarks/bench_profile.py --limit-gflops=500 ...   # another machine's compute limit
 
 Arguments are config overrides, as for `selfevolve train` (the run folder defaults to runs/bench_profile and
 is replaced). The run is the trainer's own loop, unchanged; the profile wraps its functions for the duration
@@ -16,7 +17,15 @@ is replaced). The run is the trainer's own loop, unchanged; the profile wraps it
   expert episodes, the update's forward (`Policy.forward_rows`), backward, optimizer step, collation, and the
   update's own work (loss, statistics).
 
-Prints both tables and the phase × kind matrix, writes them to OUT/profile.json, and ends with a SUMMARY line.
+It also counts the tokens each kind of forward processes, and turns them into GFLOP/s as
+`bench_rollout.py` does (2 · N_body per token fed, 2 · N_head per token whose logits are computed; attention
+and LoRA left out). The backward is counted as the same 2 · N_body per token: the base weights are frozen, so
+it computes activation gradients only (plus LoRA's, left out). The fraction is of this machine's compute limit
+as issue 19 states it: 257 GFLOP/s, what a large fp32 `linear` (256×576 by 576×1536) reached on the 2 cores
+(docs/benchmarks.md, "Rollout throughput"), scaled by the threads used; `--limit-gflops` elsewhere.
+
+Prints both tables, the phase × kind matrix and the throughputs, writes them to OUT/profile.json, and ends with a
+SUMMARY line.
 """
 
 from __future__ import annotations
@@ -36,10 +45,12 @@ import selfevolve.models.policy as policy_mod
 import selfevolve.rollout.runner as runner_mod
 import selfevolve.train.trainer as trainer_mod
 import selfevolve.train.update as update_mod
+from bench_rollout import param_counts
 from selfevolve.config import load_config
 from selfevolve.train.metrics import MetricsLogger
 
 # region -> the phase it opens (a second is charged to the innermost phase it falls in)
+LIMIT_GFLOPS = 257.0  # fp32, both cores of this machine: a large linear (docs/benchmarks.md, "Rollout throughput")
 PHASES = {"evaluation": "evaluation", "warm start": "warm start", "rollout": "rollout", "credit": "credit",
           "update": "update", "checkpoint": "checkpoint", "trajectory log": "logs", "metrics log": "logs"}
 
@@ -52,6 +63,8 @@ class Regions:
         self.stack: list[list] = []  # [name, start, children's seconds]
         self.charged: dict[tuple[str, str], float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.tokens: dict[str, int] = defaultdict(int)  # kind -> tokens fed through the body
+        self.head_tokens: dict[str, int] = defaultdict(int)  # kind -> tokens whose logits were computed
 
     def enter(self, name: str) -> None:
         self.stack.append([name, time.perf_counter(), 0.0])
@@ -122,14 +135,32 @@ def instrument(trainer, regions: Regions) -> ExitStack:
                                     r.wrap(getattr(context_mod.EpisodeContext, fn), "prompt building")))
     policy = trainer.policy
     stack.enter_context(patched(policy, "decode", r.wrap(policy.decode, "detokenise")))
-    stack.enter_context(patched(policy, "forward_rows", r.wrap(policy.forward_rows, "update forward")))
+    forward_rows = r.wrap(policy.forward_rows, "update forward")
+
+    def counted_forward_rows(input_ids, attention_mask, loss_mask, **kw):
+        # the shared prefix is encoded once for all rows (Policy.forward_rows)
+        P = kw.get("prefix_len", 0) if input_ids.shape[0] > 1 else 0
+        fed = int(attention_mask.sum()) - (input_ids.shape[0] - 1) * P
+        heads = int(loss_mask[:, 1:].sum()) if loss_mask is not None else 0
+        for kind in ("update forward", "backward") if torch.is_grad_enabled() else ("update forward",):
+            r.tokens[kind] += fed
+            r.head_tokens[kind] += heads
+        return forward_rows(input_ids, attention_mask, loss_mask, **kw)
+
+    stack.enter_context(patched(policy, "forward_rows", counted_forward_rows))
     stack.enter_context(patched(trainer.optimizer, "step", r.wrap(trainer.optimizer.step, "optimizer step")))
     stack.enter_context(patched(torch.Tensor, "backward", r.wrap(torch.Tensor.backward, "backward")))
 
     def before(module, args, kwargs):
         if r.innermost == "generate (sampling, statistics)":
             ids = kwargs.get("input_ids", args[0] if args else None)
-            r.enter("prefill" if ids is not None and ids.shape[1] > 1 else "decode")
+            kind = "prefill" if ids.shape[1] > 1 else "decode"
+            mask = kwargs.get("attention_mask")
+            r.tokens[kind] += int(mask[:, -ids.shape[1]:].sum()) if mask is not None else ids.numel()
+            # logits_to_keep=1: one position's logits per row (the prefix's own forward computes none needed,
+            # but is counted alike: one row)
+            r.head_tokens[kind] += ids.shape[0]
+            r.enter(kind)
         else:
             r.enter("model forward (other)")
 
@@ -151,6 +182,11 @@ def table(title: str, totals: dict[str, float], wall: float) -> list[str]:
 
 def main() -> None:
     overrides = sys.argv[1:]
+    limit = LIMIT_GFLOPS
+    for o in list(overrides):
+        if o.startswith("--limit-gflops="):
+            limit = float(o.split("=", 1)[1])
+            overrides.remove(o)
     if not any(o.startswith("train.out_dir=") for o in overrides):
         overrides += ["train.out_dir=runs/bench_profile"]
     if not any(o.startswith("train.overwrite=") for o in overrides):
@@ -181,13 +217,24 @@ def main() -> None:
     for phase in sorted(by_phase, key=lambda p: -by_phase[p]):
         parts = sorted(((k, s) for (p, k), s in regions.charged.items() if p == phase), key=lambda kv: -kv[1])
         lines.append(f"  {phase}: " + ", ".join(f"{k} {s:.1f}" for k, s in parts if s >= 0.05))
+    n_body, n_head = param_counts(trainer.policy.model)
+    peak = limit * min(torch.get_num_threads(), 2) / 2
+    rates = {}
+    lines.append(f"\nthroughput (N_body {n_body / 1e6:.1f} M, N_head {n_head / 1e6:.1f} M; limit {peak:.0f} GFLOP/s)")
+    for kind in ("prefill", "decode", "update forward", "backward"):
+        sec, tok = by_kind.get(kind, 0.0), regions.tokens.get(kind, 0)
+        if sec <= 0 or not tok:
+            continue
+        gf = (2.0 * n_body * tok + 2.0 * n_head * regions.head_tokens[kind]) / sec / 1e9
+        rates[kind] = {"seconds": sec, "tokens": tok, "tokens_per_s": tok / sec, "gflops": gf, "of_peak": gf / peak}
+        lines.append(f"{kind:34s} {tok:>10d} tokens {tok / sec:9.1f} tok/s {gf:7.1f} GFLOP/s {gf / peak:7.1%}")
     print("\n".join(lines))
     out = Path(cfg.train.out_dir)
     (out / "profile.json").write_text(json.dumps({
         "overrides": sys.argv[1:], "wall_s": wall, "setup_s": setup, "threads": torch.get_num_threads(),
         "by_phase": by_phase, "by_kind": by_kind, "calls": regions.calls,
         "charged": [{"phase": p, "kind": k, "s": s} for (p, k), s in regions.charged.items()],
-        "eval_success": result.get("eval/success"),
+        "eval_success": result.get("eval/success"), "rates": rates, "peak_gflops": peak,
     }, indent=1))
     gen = by_kind["prefill"] + by_kind["decode"] + by_kind["generate (sampling, statistics)"]
     upd = by_kind["update forward"] + by_kind["backward"] + by_kind["optimizer step"]
@@ -195,7 +242,9 @@ def main() -> None:
           f"warm start {by_phase['warm start'] / wall:.0%}, rollout {by_phase['rollout'] / wall:.0%}, "
           f"update {by_phase['update'] / wall:.0%}; generation {gen / wall:.0%} (prefill {by_kind['prefill'] / wall:.0%}, "
           f"decode {by_kind['decode'] / wall:.0%}), update forward+backward+step {upd / wall:.0%}, "
-          f"env {by_kind['env step + parse'] / wall:.0%}; eval/success {result.get('eval/success')}")
+          f"env {by_kind['env step + parse'] / wall:.0%}; "
+          + ", ".join(f"{k} {v['of_peak']:.0%} of peak" for k, v in rates.items())
+          + f"; eval/success {result.get('eval/success')}")
 
 
 if __name__ == "__main__":
