@@ -119,11 +119,10 @@ def instrument(trainer, regions: Regions) -> ExitStack:
     for mod, fn, name in ((trainer_mod, "trajectory_records", "trajectory log"),
                           (trainer_mod, "expert_episodes", "expert episodes"),
                           (policy_mod, "generate", "generate (sampling, statistics)"),
-                          (runner_mod, "rollout", "rollout loop"),
                           (runner_mod, "play", "env step + parse"),
                           (update_mod, "collate", "collate")):
         stack.enter_context(patched(mod, fn, r.wrap(getattr(mod, fn), name)))
-    # trainer.py imported the rollout function of evaluate.py and collect.py by name: wrap those bindings too
+    # evaluate.py and collect.py import runner.rollout by name: wrap their bindings
     import selfevolve.rollout.collect as collect_mod
     import selfevolve.train.evaluate as evaluate_mod
     for mod in (collect_mod, evaluate_mod):

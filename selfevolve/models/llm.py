@@ -139,9 +139,9 @@ class LLM:
             self._record(purpose, conversations, out, [n for _, n in answers])
             return out
         out: list[str] = []
+        opening = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         for start in range(0, len(conversations), self.batch_size):
             batch = conversations[start:start + self.batch_size]
-            opening = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
             prompts = [render_chat(self.tokenizer, msgs) + opening for msgs in batch]
             with self._mode():
                 gen = self.policy.generate(prompts, greedy=True, max_new_tokens=budget)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from selfevolve.worlds.base import answers_match
 from selfevolve.worlds.tools import format_tool_call
 
 FILTERS = ("unparseable", "duplicate", "empty_reference", "held_out", "execution", "unverifiable")  # every world
@@ -66,23 +67,11 @@ def scalars(value: Any) -> list[Any]:
     return [] if value is None else [value]
 
 
-def _same(answer: str, value: Any) -> bool:
-    """An answer and a returned value are the same: as numbers when both read as numbers ($ and thousands
-    commas ignored), else as text, case and spacing aside."""
-    def number(x):
-        try:
-            return float(str(x).strip().lstrip("$").replace(",", ""))
-        except ValueError:
-            return None
-    a, v = number(answer), None if isinstance(value, bool) else number(value)
-    if a is not None and v is not None:
-        return abs(a - v) <= 1e-6 * max(1.0, abs(v))
-    return " ".join(str(answer).split()).casefold() == " ".join(str(value).split()).casefold()
-
-
 def grounded(answer: Any, results: list[str]) -> bool:
     """Whether a look-up's final answer is something its reference's calls returned (``ungrounded`` otherwise):
-    equal to a value in one of the JSON results, or, as a list ``"a, b"``, each part equal to one. Execution only
+    equal to a value in one of the JSON results, or, as a list ``"a, b"``, each part equal to one — equal as the
+    worlds compare answers (:func:`~selfevolve.worlds.base.answers_match`), so grounding and the derived verifier
+    agree on what an answer is. Execution only
     shows that a reference runs; the answer is the writer's own, and the 135M writer's are mostly invented
     (``How many rows of the table are there?`` → ``10`` after a call that returned ``"rows": 80``), which the
     derived verifier would then reward."""
@@ -95,10 +84,10 @@ def grounded(answer: Any, results: list[str]) -> bool:
                 values += scalars(json.loads(line))
             except json.JSONDecodeError:
                 continue
-    if any(_same(answer, v) for v in values):
+    if any(answers_match(answer, v) for v in values):
         return True
     parts = str(answer).split(",")
-    return len(parts) > 1 and all(any(_same(p, v) for v in values) for p in parts)
+    return len(parts) > 1 and all(any(answers_match(p, v) for v in values) for p in parts)
 
 
 def execute(world, seed: int, calls: list[dict[str, Any]]) -> Execution:
