@@ -60,10 +60,6 @@ def _sample(logp: torch.Tensor, generator, alive: torch.Tensor | None = None) ->
     token in a hundred (measured on the tiny model). Only ``alive`` rows draw, so a row's stream advances
     with the tokens it samples, whatever else is in the batch. Costs ~V random numbers per row and token.
     """
-    rows = generator if isinstance(generator, (list, tuple)) else [generator]
-    for g in rows:
-        if g is not None and g.device.type != logp.device.type:
-            raise ValueError(f"the sampling generator is on {g.device}, the model on {logp.device}")
     if isinstance(generator, (list, tuple)):
         if len(generator) != logp.shape[0]:
             raise ValueError(f"{len(generator)} generators for {logp.shape[0]} rows")
@@ -71,11 +67,11 @@ def _sample(logp: torch.Tensor, generator, alive: torch.Tensor | None = None) ->
         u = torch.full_like(logp, 0.5)  # rows that stopped draw nothing (their token is replaced)
         for i, g in enumerate(generator):
             if live[i]:
-                u[i] = torch.rand(logp.shape[-1], generator=g, device=logp.device, dtype=logp.dtype)
+                u[i] = _uniform(logp.shape[-1], g, logp)
         # p / E with E = -log(u): u = 0 gives E = inf and a score of 0; a token of probability 0 never wins
         return (logp.exp() / -torch.log(u)).argmax(-1)
     cdf = logp.exp().cumsum(-1)
-    u = torch.rand(logp.shape[0], 1, generator=generator, device=logp.device, dtype=cdf.dtype) * cdf[:, -1:]
+    u = _uniform((logp.shape[0], 1), generator, cdf) * cdf[:, -1:]
     # right=True: u = 0 must not select a leading token whose probability underflowed to 0 (log-prob -inf).
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logp.shape[-1] - 1)
 
@@ -114,6 +110,14 @@ class KVState:
         return len(prompts) == len(self.seqs) and all(
             len(p) > len(s) and p[: len(s)] == s for p, s in zip(prompts, self.seqs)
         )
+
+
+def _uniform(shape, generator: torch.Generator | None, like: torch.Tensor) -> torch.Tensor:
+    """U(0, 1) draws from ``generator``'s own stream, on ``like``'s device and dtype. A generator on another device
+    than the model's (a CPU ``torch.Generator()`` driving a GPU model) draws where it lives and the draws are
+    moved: the same numbers whatever the model's device. The trainer's generators live on the model's device."""
+    device = generator.device if generator is not None else like.device
+    return torch.rand(shape, generator=generator, device=device, dtype=like.dtype).to(like.device)
 
 
 def _pad_left(chunks: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
