@@ -22,7 +22,9 @@ It also counts the tokens each kind of forward processes, and turns them into GF
 and LoRA left out). The backward is counted as the same 2 · N_body per token: the base weights are frozen, so
 it computes activation gradients only (plus LoRA's, left out). The fraction is of this machine's compute limit
 as issue 19 states it: 257 GFLOP/s, what a large fp32 `linear` (256×576 by 576×1536) reached on the 2 cores
-(docs/benchmarks.md, "Rollout throughput"), scaled by the threads used; `--limit-gflops` elsewhere.
+(docs/benchmarks.md, "Rollout throughput"), scaled by the threads used; `--limit-gflops` elsewhere (on a GPU,
+a large bf16 matrix product's rate, not scaled). On a GPU every region edge waits for the queued kernels
+(`torch.cuda.synchronize`), so a kernel's time is charged to the region that launched it.
 
 Prints both tables, the phase × kind matrix and the throughputs, writes them to OUT/profile.json, and ends with a
 SUMMARY line.
@@ -55,6 +57,13 @@ PHASES = {"evaluation": "evaluation", "warm start": "warm start", "rollout": "ro
           "update": "update", "checkpoint": "checkpoint", "trajectory log": "logs", "metrics log": "logs"}
 
 
+def _sync() -> None:
+    """On a GPU, wait for the queued kernels at every region edge, so their time lands in the region that launched
+    them, not in whichever later call happens to wait (a .item() or a copy to the CPU). A no-op on the CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 class Regions:
     """Nested wall-clock regions. Each region's exclusive time (its own minus its children's) is charged to the
     pair (innermost phase on the stack, the region's kind)."""
@@ -67,9 +76,11 @@ class Regions:
         self.head_tokens: dict[str, int] = defaultdict(int)  # kind -> tokens whose logits were computed
 
     def enter(self, name: str) -> None:
+        _sync()
         self.stack.append([name, time.perf_counter(), 0.0])
 
     def leave(self) -> None:
+        _sync()
         name, start, children = self.stack.pop()
         took = time.perf_counter() - start
         if self.stack:
@@ -209,7 +220,8 @@ def main() -> None:
         by_phase[phase] += s
         by_kind[kind] += s
     lines = [f"profile of `selfevolve train {' '.join(sys.argv[1:])}`: {wall:.1f} s in train(), "
-             f"{setup:.1f} s building the trainer; torch threads {torch.get_num_threads()}"]
+             f"{setup:.1f} s building the trainer; torch threads {torch.get_num_threads()}; "
+             f"device {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}"]
     lines += table("by phase", by_phase, wall)
     lines += table("by kind", by_kind, wall)
     lines.append("\nphase x kind (seconds)")
@@ -217,7 +229,8 @@ def main() -> None:
         parts = sorted(((k, s) for (p, k), s in regions.charged.items() if p == phase), key=lambda kv: -kv[1])
         lines.append(f"  {phase}: " + ", ".join(f"{k} {s:.1f}" for k, s in parts if s >= 0.05))
     n_body, n_head = param_counts(trainer.policy.model)
-    peak = limit * min(torch.get_num_threads(), 2) / 2
+    # the CPU limit was measured on both cores: a run on fewer threads is held to its share; a GPU's is whole
+    peak = limit if torch.cuda.is_available() else limit * min(torch.get_num_threads(), 2) / 2
     rates = {}
     lines.append(f"\nthroughput (N_body {n_body / 1e6:.1f} M, N_head {n_head / 1e6:.1f} M; limit {peak:.0f} GFLOP/s)")
     for kind in ("prefill", "decode", "update forward", "backward"):
