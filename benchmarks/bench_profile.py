@@ -57,10 +57,13 @@ PHASES = {"evaluation": "evaluation", "warm start": "warm start", "rollout": "ro
           "update": "update", "checkpoint": "checkpoint", "trajectory log": "logs", "metrics log": "logs"}
 
 
+ON_GPU = torch.cuda.is_available()
+
+
 def _sync() -> None:
     """On a GPU, wait for the queued kernels at every region edge, so their time lands in the region that launched
     them, not in whichever later call happens to wait (a .item() or a copy to the CPU). A no-op on the CPU."""
-    if torch.cuda.is_available():
+    if ON_GPU:
         torch.cuda.synchronize()
 
 
@@ -221,7 +224,7 @@ def main() -> None:
         by_kind[kind] += s
     lines = [f"profile of `selfevolve train {' '.join(sys.argv[1:])}`: {wall:.1f} s in train(), "
              f"{setup:.1f} s building the trainer; torch threads {torch.get_num_threads()}; "
-             f"device {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}"]
+             f"device {torch.cuda.get_device_name() if ON_GPU else 'cpu'}"]
     lines += table("by phase", by_phase, wall)
     lines += table("by kind", by_kind, wall)
     lines.append("\nphase x kind (seconds)")
@@ -230,7 +233,7 @@ def main() -> None:
         lines.append(f"  {phase}: " + ", ".join(f"{k} {s:.1f}" for k, s in parts if s >= 0.05))
     n_body, n_head = param_counts(trainer.policy.model)
     # the CPU limit was measured on both cores: a run on fewer threads is held to its share; a GPU's is whole
-    peak = limit if torch.cuda.is_available() else limit * min(torch.get_num_threads(), 2) / 2
+    peak = limit if ON_GPU else limit * min(torch.get_num_threads(), 2) / 2
     rates = {}
     lines.append(f"\nthroughput (N_body {n_body / 1e6:.1f} M, N_head {n_head / 1e6:.1f} M; limit {peak:.0f} GFLOP/s)")
     for kind in ("prefill", "decode", "update forward", "backward"):
