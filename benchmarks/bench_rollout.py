@@ -46,8 +46,10 @@ from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import eval_tasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
-# This machine's measured matmul peaks (2 cores), GFLOP/s.
-PEAK_GFLOPS = {"fp32": 82.0, "bf16": 115.0, "fp16": 115.0}
+# This machine's compute limits (2 cores), GFLOP/s. fp32: a large fp32 `linear` (256x576 by 576x1536), the limit
+# issue 19 and bench_profile.py use (docs/benchmarks.md, "Rollout throughput"); platform.md's 82 was a smaller
+# product, which the engine itself exceeds. bf16/fp16: platform.md's figure, not re-measured.
+PEAK_GFLOPS = {"fp32": 257.0, "bf16": 115.0, "fp16": 115.0}
 
 
 def parse_args(argv=None):
