@@ -36,7 +36,7 @@ def test_unknown_models_and_dtypes_are_config_errors():
 
 def test_reference_policy_is_the_base_model_with_the_adapter_disabled():
     model, tok = load_model("tiny", "fp32")
-    ids = torch.tensor([[1, 5, 6, 7, 8]])
+    ids = torch.tensor([[1, 5, 6, 7, 8]], device=model.device)
     with torch.no_grad():
         base = model(ids).logits.clone()
     policy = Policy(model, tok, lora=LoraConfig(r=4, alpha=8))

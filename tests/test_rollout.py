@@ -47,7 +47,7 @@ def test_generation_matches_a_plain_forward_pass(policy):
         alone = generate(model, [p], **kw)
         assert alone.ids[0] == shared.ids[i]
         with torch.no_grad():
-            logits = model(torch.tensor([p + shared.ids[i]])).logits[0].float()
+            logits = model(torch.tensor([p + shared.ids[i]], device=model.device)).logits[0].float()
         logp = torch.log_softmax(logits, -1)
         ref = [logp[len(p) - 1 + j, t].item() for j, t in enumerate(shared.ids[i])]
         assert max(abs(a - b) for a, b in zip(ref, shared.logprobs[i])) < 1e-4
@@ -115,7 +115,7 @@ def test_rollout_is_token_in_token_out(policy):
         generated = [i for i, m in zip(row.ids, row.mask) if m]
         assert generated == [t for s in traj.steps for t in s.action_ids]
         assert row.old_logprobs == [lp for s in traj.steps for lp in s.logprobs]
-    batch = collate(rows, policy.pad_id)
+    batch = collate(rows, policy.pad_id, policy.device)
     with torch.no_grad():
         logp, _ = policy.action_logprobs(batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
     assert logp.shape == batch["old_logprobs"].shape
@@ -198,7 +198,8 @@ def test_reply_prefix_is_part_of_the_prompt_and_of_the_action_text(policy):
             assert s.prompt_ids[-len(prefix):] == prefix
             assert s.action_text == "Ri" + policy.decode(s.action_ids)
             with torch.no_grad():
-                logits = policy.model(torch.tensor([s.prompt_ids + s.action_ids])).logits[0].float()
+                ids = torch.tensor([s.prompt_ids + s.action_ids], device=policy.device)
+                logits = policy.model(ids).logits[0].float()
             logp = torch.log_softmax(logits, -1)
             ref = [logp[len(s.prompt_ids) - 1 + j, t].item() for j, t in enumerate(s.action_ids)]
             assert max(abs(a - b) for a, b in zip(ref, s.logprobs)) < 1e-4
@@ -231,7 +232,7 @@ def test_shared_prefix_training_forward_matches_plain(policy):
     ]
     P = shared_prefix_len(rows)
     assert P == 30
-    b = collate(rows, policy.pad_id)
+    b = collate(rows, policy.pad_id, policy.device)
     params = policy.trainable_parameters()
     results = []
     for p in (0, P):

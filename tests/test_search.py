@@ -219,8 +219,8 @@ def test_values_read_over_the_cache_match_a_full_forward(policy):
         values, st, _ = policy.state_values(nxt, suffix, state)
         body, _ = policy._body_and_head()
         with torch.no_grad():
-            ref = [float(policy.value_head(body(input_ids=torch.tensor([p + suffix])).last_hidden_state[0, -1]))
-                   for p in nxt]
+            ids = [torch.tensor([p + suffix], device=policy.device) for p in nxt]
+            ref = [float(policy.value_head(body(input_ids=x).last_hidden_state[0, -1])) for x in ids]
         assert max(abs(x - y) for x, y in zip(values, ref)) < 1e-4
         cont = policy.generate(nxt, greedy=True, state=st)
         plain = policy.generate(nxt, greedy=True, share_prefix=False)
@@ -241,7 +241,7 @@ def test_kept_steps_carry_their_sampling_logprobs(policy):
                           SearchSpec("lookahead", m=2, beams=2, depth=1, keep="all"), max_turns=3,
                           generator=torch.Generator().manual_seed(0))
     rows = build_rows(res.trajectories, [0.0] * len(res.trajectories))
-    b = collate(rows, policy.pad_id)
+    b = collate(rows, policy.pad_id, policy.device)
     with torch.no_grad():
         logp, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"])
     assert (logp - b["old_logprobs"]).abs().max() < 1e-4

@@ -50,7 +50,7 @@ def test_one_pass_gives_actor_logprobs_and_critic_values_of_separate_forwards():
     trajs[1].steps[0].prompt_ids[-1] = 24  # different rows after the shared prefix
     trajs[1].steps[1].prompt_ids[7] = 24
     rows = build_rows(trajs, [[0.0, 0.0]] * 2)
-    b = collate(rows, policy.pad_id)
+    b = collate(rows, policy.pad_id, policy.device)
     with torch.no_grad():
         logp, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"],
                                               value_mask=b["value_mask"], prefix_len=5)
@@ -60,11 +60,12 @@ def test_one_pass_gives_actor_logprobs_and_critic_values_of_separate_forwards():
         want = []
         for t in trajs:
             for s in t.steps:
-                h = body(input_ids=torch.tensor([s.prompt_ids])).last_hidden_state[0, -1]
+                h = body(input_ids=torch.tensor([s.prompt_ids], device=policy.device)).last_hidden_state[0, -1]
                 want.append(policy.value_head(h))
     torch.testing.assert_close(logp, plain_logp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(values, torch.stack(want), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(torch.tensor(sum(compute_values(policy, rows, 4096), [])), values, atol=1e-5, rtol=1e-5)
+    recomputed = torch.tensor(sum(compute_values(policy, rows, 4096), []), device=values.device)
+    torch.testing.assert_close(recomputed, values, atol=1e-5, rtol=1e-5)
 
 
 def test_the_value_loss_trains_the_head_and_the_shared_body():
