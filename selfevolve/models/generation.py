@@ -115,7 +115,8 @@ class KVState:
 def _uniform(shape, generator: torch.Generator | None, like: torch.Tensor) -> torch.Tensor:
     """U(0, 1) draws from ``generator``'s own stream, on ``like``'s device and dtype. A generator on another device
     than the model's (a CPU ``torch.Generator()`` driving a GPU model) draws where it lives and the draws are
-    moved: the same numbers whatever the model's device. The trainer's generators live on the model's device."""
+    moved: for one dtype, the same numbers whatever the model's device. The trainer's generators live on the
+    model's device."""
     device = generator.device if generator is not None else like.device
     return torch.rand(shape, generator=generator, device=device, dtype=like.dtype).to(like.device)
 
