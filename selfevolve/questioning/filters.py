@@ -71,10 +71,9 @@ def grounded(answer: Any, results: list[str]) -> bool:
     """Whether a look-up's final answer is something its reference's calls returned (``ungrounded`` otherwise):
     equal to a value in one of the JSON results, or, as a list ``"a, b"``, each part equal to one — equal as the
     worlds compare answers (:func:`~selfevolve.worlds.base.answers_match`), so grounding and the derived verifier
-    agree on what an answer is. Execution only
-    shows that a reference runs; the answer is the writer's own, and the 135M writer's are mostly invented
-    (``How many rows of the table are there?`` → ``10`` after a call that returned ``"rows": 80``), which the
-    derived verifier would then reward."""
+    agree on what an answer is. Execution only shows that a reference runs; the answer is the writer's own, and
+    the 135M writer's are mostly invented (``How many rows of the table are there?`` → ``10`` after a call that
+    returned ``"rows": 80``), which the derived verifier would then reward."""
     if not str(answer).strip():
         return False
     values = []
