@@ -20,6 +20,10 @@ class LoraConfig(_Section):
     target_modules: list[str] = Field(
         ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters."
     )
+    top_layers: int | None = Field(
+        None, ge=1, description="Adapt only the last N decoder layers (null: all). The backward then stops at the "
+        "lowest adapted layer, so the update costs less (docs/benchmarks.md, 'A cheaper recipe').",
+    )
 
 
 class ModelConfig(_Section):
@@ -351,7 +355,10 @@ class TrainConfig(_Section):
         10,
         ge=0,
         description="Behaviour-cloning steps on the environment's expert episodes before RL (0: none; skipped "
-        "for environments without an expert). Each uses tasks_per_step x group_size training tasks.",
+        "for environments without an expert). Each uses warm_start_tasks training tasks.",
+    )
+    warm_start_tasks: int | None = Field(
+        None, ge=1, description="Expert episodes per warm-start step (null: tasks_per_step x algo.group_size).",
     )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
@@ -370,6 +377,8 @@ class EvalConfig(_Section):
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
     at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
                            "starts several runs from one already-evaluated adapter).")
+    after_warm_start: bool = Field(True, description="Evaluate after the behaviour-cloning warm start (false: "
+                                   "skip it; the warm start is then reported by its loss only).")
     experience: Literal["on", "off"] = Field(
         "on", description="Evaluate with the run's experience (recall / insights) when it has any (on), or "
         "without it (off: what the policy itself internalised).")

@@ -43,6 +43,12 @@ class Policy:
         self.max_new_tokens = max_new_tokens
         if lora is not None and not isinstance(model, PeftModel):
             # No LoRA dropout: the update must see the same function that sampled (PPO ratio = 1 on-policy).
+            # top_layers: adapters only on the last N layers, so no gradient is needed below them and the
+            # backward stops there.
+            n_layers = model.config.num_hidden_layers
+            top = lora.top_layers
+            if top is not None and top > n_layers:
+                raise ConfigError(f"model.lora.top_layers={top}, but the model has {n_layers} layers")
             model = get_peft_model(
                 model,
                 PeftLoraConfig(
@@ -50,6 +56,7 @@ class Policy:
                     lora_alpha=lora.alpha,
                     lora_dropout=0.0,
                     target_modules=list(lora.target_modules),
+                    layers_to_transform=None if top is None else list(range(n_layers - top, n_layers)),
                     task_type="CAUSAL_LM",
                 ),
             )

@@ -385,16 +385,18 @@ class Trainer:
         losses = []
         for k in range(n):
             progress.update(bar, description=f"warm start {k + 1}/{n} (imitating the expert)")
-            tasks = self.tasks.next(cfg.train.tasks_per_step * cfg.algo.group_size)
+            tasks = self.tasks.next(cfg.train.warm_start_tasks or cfg.train.tasks_per_step * cfg.algo.group_size)
             trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
             rows = build_rows(trajs, [0.0] * len(trajs))
             st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
             losses.append(st["loss/bc"])
             logger.scalar("warm/loss_bc", st["loss/bc"], k + 1)
+        summary = {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1]}
+        if not cfg.eval.after_warm_start:
+            return summary
         progress.update(bar, description="evaluating after the warm start")
         self.last_eval = self.evaluate()
-        return {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1],
-                **{f"warm/{k.removeprefix('eval/')}": v for k, v in self.last_eval.items()}}
+        return summary | {f"warm/{k.removeprefix('eval/')}": v for k, v in self.last_eval.items()}
 
     def _eval_due(self) -> bool:
         every = self.cfg.train.eval_every
