@@ -200,6 +200,39 @@ def test_warm_start_lowers_the_imitation_loss(tmp_path):
     assert "warm/success" in first  # evaluated again after the warm start
 
 
+def test_warm_start_takes_its_own_task_count_and_can_skip_its_evaluation(tmp_path):
+    out = tmp_path / "warm"
+    trainer = Trainer(load_config(overrides=FAST + [
+        "train.steps=0", "train.warm_start_steps=2", "train.warm_start_tasks=3", "eval.after_warm_start=false",
+        f"train.out_dir={out}"]))
+    trainer.train()
+    assert trainer.tasks.cursor == 2 * 3  # 3 expert episodes a step, not tasks_per_step x group_size = 8
+    first = metrics(out)[0]
+    assert first["warm/steps"] == 2 and "eval/success" in first  # the evaluation at the start still runs
+    assert not any(k.startswith("warm/") and k.removeprefix("warm/") in ("success", "reward") for k in first)
+
+
+def test_lora_on_the_top_layers_only_trains_those_and_the_backward_stops_below_them():
+    from selfevolve.models.policy import Policy
+    from selfevolve.models.loading import load_model
+    from selfevolve.errors import ConfigError
+
+    model, tok = load_model("tiny", "fp32")  # 2 layers
+    policy = Policy(model, tok, lora=load_config(overrides=["model.lora.top_layers=1"]).model.lora)
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    # q, k, v, o of layer 1, an A and a B matrix each; nothing in layer 0
+    assert len(names) == 8 and all(".layers.1." in n for n in names)
+    layer0 = policy.model.get_base_model().model.layers[0]
+    seen = []
+    layer0.register_forward_hook(lambda mod, args, out: seen.append(out[0] if isinstance(out, tuple) else out))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    logp, _ = policy.action_logprobs(ids, torch.ones_like(ids), torch.tensor([[0, 0, 1, 1]]))
+    logp.sum().backward()
+    assert not seen[0].requires_grad  # no graph below the adapted layer: the backward has nothing to do there
+    with pytest.raises(ConfigError, match="top_layers=3, but the model has 2 layers"):
+        Policy(load_model("tiny", "fp32")[0], tok, lora=load_config(overrides=["model.lora.top_layers=3"]).model.lora)
+
+
 def test_evaluation_reports_pass_at_k_without_touching_the_training_stream(tmp_path):
     trainer = Trainer(load_config(overrides=FAST + ["train.steps=0", f"train.out_dir={tmp_path / 'ev'}"]))
     state = trainer.generator.get_state()
