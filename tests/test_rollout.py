@@ -58,6 +58,29 @@ def test_generation_matches_a_plain_forward_pass(policy):
         assert abs(shared.top1[i][0] - float(top[0])) < 1e-5 and abs(shared.top2[i][0] - float(top[1])) < 1e-5
 
 
+def test_a_prompt_shared_by_several_rows_is_encoded_once(policy):
+    """A group's first turn: rows with the same prompt sample the same tokens (each from its own stream) and
+    log-probs whether the prompt is encoded once or once per row; only the distinct prompts are encoded."""
+    prefix = list(range(100, 140))
+    a, b = prefix + [7, 8, 9], prefix + [10]
+    prompts = [a, a, b, a]
+    runs = {}
+    for dedupe in (True, False):
+        gens = [torch.Generator().manual_seed(i) for i in range(4)]
+        runs[dedupe] = generate(policy.model, prompts, max_new_tokens=5, stop_ids={2}, pad_id=2, generator=gens,
+                                prefix_ids=prefix, dedupe=dedupe)
+    once, each = runs[True], runs[False]
+    assert once.ids == each.ids
+    for x, y in zip(once.logprobs, each.logprobs):
+        assert max(abs(u - v) for u, v in zip(x, y)) < 1e-5
+    assert (once.prompt_tokens, each.prompt_tokens) == (40 + 3 + 1, 40 + 3 + 1 + 3 + 3)
+    assert once.state.seqs == each.state.seqs  # the next turn continues every row from its own cache
+    nxt = [s + [11, 12] for s in once.state.seqs]
+    cont = [generate(policy.model, nxt, max_new_tokens=3, stop_ids={2}, pad_id=2, greedy=True, state=r.state)
+            for r in (once, each)]
+    assert cont[0].ids == cont[1].ids and cont[0].prompt_tokens == cont[1].prompt_tokens
+
+
 def test_sampling_is_reproducible_with_a_generator(policy):
     prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]
     kw = dict(max_new_tokens=4, stop_ids={2}, pad_id=2)

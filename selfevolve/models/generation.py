@@ -177,16 +177,19 @@ def generate(
     generator: torch.Generator | list[torch.Generator] | None = None,
     prefix_ids: list[int] | None = None,
     state: KVState | None = None,
+    dedupe: bool = True,
 ) -> Generation:
     """Generate a continuation for each prompt.
 
-    Two caches avoid re-encoding what the model has already seen, with results identical to encoding every
+    Three savings avoid re-encoding what the model has already seen, with results identical to encoding every
     prompt in full (same positions, same attention — tested):
 
     - ``prefix_ids``: ids every prompt starts with (system prompt, few-shot turns). Encoded once, shared by all
       rows.
     - ``state``: the :class:`KVState` returned by the previous turn's call (``Generation.state``), restricted to
       the same rows. Used when every prompt extends what its row already has in the cache; otherwise ignored.
+    - ``dedupe``: without a usable ``state``, a prompt that several rows share (a group's first turn: every
+      rollout of a task starts from the same observation) is encoded once and its cache copied to those rows.
 
     ``generator``: one for the batch, or one per prompt (each row then samples from its own stream).
     """
@@ -196,9 +199,16 @@ def generate(
     device = next(model.parameters()).device
     stop = torch.tensor(sorted(set(stop_ids)), device=device)
     B = len(prompts)
+    fresh = state is None or not state.extends(prompts)
+    encode, row_of = prompts, list(range(B))
+    if dedupe and fresh:
+        slot: dict[tuple[int, ...], int] = {}
+        row_of = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
+        if len(slot) < B:
+            encode = [list(k) for k in slot]
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
-    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(model, prompts, state, prefix_ids, [], pad_id,
+    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(model, encode, state, prefix_ids, [], pad_id,
                                                                        logits_to_keep=1)
     out.prompt_tokens += encoded
 
@@ -206,6 +216,10 @@ def generate(
         input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1, :]
+    if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
+        idx = torch.tensor(row_of, device=device)
+        cache.batch_select_indices(idx)
+        logits, mask, base_pos, lengths = logits[idx], mask[idx], base_pos[idx], lengths[idx]
     next_pos = base_pos + lengths
     done = torch.zeros(B, dtype=torch.bool, device=device)
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "logprobs", "entropy", "top1", "top2", "alive")}

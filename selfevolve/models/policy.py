@@ -87,7 +87,8 @@ class Policy:
     ) -> Generation:
         """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional);
         ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call);
-        ``share_prefix=False`` encodes every prompt in full (only for measuring what the sharing saves)."""
+        ``share_prefix=False`` encodes every prompt in full, each row's own (only for measuring what the sharing
+        of prefixes and of prompts that several rows share saves)."""
         with self._eval_mode():
             reuse = state is not None and state.extends(prompts)
             prefix = self._shared_prefix(prompts) if share_prefix and not reuse else None
@@ -102,6 +103,7 @@ class Policy:
                 generator=generator,
                 prefix_ids=prefix,
                 state=state,
+                dedupe=share_prefix,
             )
 
     @staticmethod
