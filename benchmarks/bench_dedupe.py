@@ -13,7 +13,6 @@ tokens encoded and how many episodes played exactly the same tokens.
 from __future__ import annotations
 
 import argparse
-import functools
 import time
 
 import torch
@@ -25,6 +24,11 @@ from selfevolve.rollout.collect import play_episodes, step_episodes
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+
+
+def _without_dedupe(generate):
+    """``generate`` with ``dedupe`` forced off (``Policy.generate`` passes it explicitly)."""
+    return lambda *args, **kwargs: generate(*args, **{**kwargs, "dedupe": False})
 
 
 def main() -> None:
@@ -49,7 +53,7 @@ def main() -> None:
     tokens, played = {}, {}
     for _ in range(args.reps):
         for dedupe in (True, False):
-            policy_module.generate = plain if dedupe else functools.partial(plain, dedupe=False)
+            policy_module.generate = plain if dedupe else _without_dedupe(plain)
             stats = RolloutStats()
             t = time.perf_counter()
             trajs = play_episodes(policy, builder, env_cls, {}, episodes, run_seed=0, step=1, version=1, stats=stats)
