@@ -171,7 +171,7 @@ def stripped_logprobs(policy, rows, micro_batch_tokens: int) -> list[list[float]
 
     policy.model.eval()
     out: dict[int, list[float]] = {}
-    for chunk in micro_batches(rows, micro_batch_tokens):
+    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows)):
         b = collate(chunk, policy.pad_id, policy.device, clip_high=0.0)  # (the clip is not read here)
         logp, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"],
                                          prefix_len=shared_prefix_len(chunk))

@@ -126,19 +126,41 @@ def minibatch_schedule(items: list, algo, rng):
             yield order[m::n_mb]
 
 
-def micro_batches(rows: list[Row], max_tokens: int) -> list[list[Row]]:
-    """Split rows (sorted by length, to waste little padding) into chunks of at most ``max_tokens`` padded tokens."""
-    chunks, cur, cur_max = [], [], 0
-    for r in sorted(rows, key=len):
-        new_max = max(cur_max, len(r))
-        if cur and new_max * (len(cur) + 1) > max_tokens:
-            chunks.append(cur)
-            cur, new_max = [], len(r)
-        cur.append(r)
-        cur_max = new_max
-    if cur:
-        chunks.append(cur)
-    return chunks
+def micro_batches(rows: list, max_tokens: int, shared: int = 0) -> list[list]:
+    """Split rows (sorted by length, to waste little padding) into chunks of at most ``max_tokens`` padded tokens.
+
+    ``shared``: the length of a prefix every row starts with, which the forward encodes once per chunk
+    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens: a chunk costs its
+    padded tokens less the prefix it shares, so more chunks waste less padding but encode the prefix more often.
+    An exact dynamic programme over the sorted rows. Without it, chunks are filled greedily.
+    """
+    order = sorted(rows, key=len)
+    if shared <= 0:
+        chunks, cur, cur_max = [], [], 0
+        for r in order:
+            new_max = max(cur_max, len(r))
+            if cur and new_max * (len(cur) + 1) > max_tokens:
+                chunks.append(cur)
+                cur, new_max = [], len(r)
+            cur.append(r)
+            cur_max = new_max
+        return chunks + [cur] if cur else chunks
+    n = len(order)
+    best, cut = [0] + [float("inf")] * n, [0] * (n + 1)  # best[j]: tokens to encode order[:j]; cut[j]: its last chunk's start
+    for j in range(1, n + 1):
+        longest = len(order[j - 1])
+        for i in range(j - 1, -1, -1):
+            k = j - i
+            if k > 1 and longest * k > max_tokens:
+                break
+            cost = best[i] + ((longest - shared) * k + shared if k > 1 else longest)
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    chunks, j = [], n
+    while j > 0:
+        chunks.append(order[cut[j]:j])
+        j = cut[j]
+    return chunks[::-1]
 
 
 def shared_prefix_len(rows: list[Row]) -> int:

@@ -39,7 +39,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
         n_turns = sum(len(r.returns) for r in mb)
         optimizer.zero_grad(set_to_none=True)
         st_mb: dict[str, float] = {}
-        for chunk in micro_batches(mb, algo.micro_batch_tokens):
+        for chunk in micro_batches(mb, algo.micro_batch_tokens, shared_prefix_len(mb)):
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
             P = shared_prefix_len(chunk)
             logp, ent, values = policy.forward_rows(
@@ -103,7 +103,7 @@ def compute_values(policy, rows: list[Row], micro_batch_tokens: int) -> list[lis
     policy.model.eval()
     out: dict[int, list[float]] = {}
     index = {id(r): k for k, r in enumerate(rows)}
-    for chunk in micro_batches(rows, micro_batch_tokens):
+    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows)):
         b = collate(chunk, policy.pad_id, policy.device)
         P = shared_prefix_len(chunk)  # stops before the first reply's predictor = the first value position
         _, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], None,
