@@ -8,7 +8,7 @@ the default LoRA, under ``torch.profiler``. Operators are grouped as matrix prod
 else (norms, activations, rotary embeddings, copies, the loss).
 
 It also gives the micro-batch's rate the way ``bench_profile.py`` counts it (2 · N_body per token fed, the
-same again for the backward, the shared prefix counted once), over the whole micro-batch and over its matrix
+same again for the backward through the layers it runs through, the shared prefix counted once), over the whole micro-batch and over its matrix
 products alone, against ``--limit-gflops`` (issue 19's 257 GFLOP/s for both cores, 128 for one thread).
 
     python benchmarks/bench_update_ops.py                      # 8 rows x 420 tokens, 140 shared
@@ -76,10 +76,15 @@ def main() -> None:
             groups["the rest"] += sec
     total = sum(groups.values())
     base = policy.model.get_base_model()
-    n_body = sum(p.numel() for n, p in base.model.named_parameters() if "embed_tokens" not in n and "lora_" not in n)
+    frozen = lambda n: "embed_tokens" not in n and "lora_" not in n  # noqa: E731
+    n_body = sum(p.numel() for n, p in base.model.named_parameters() if frozen(n))
+    # the backward runs only down to the lowest adapted layer (model.lora.top_layers)
+    layers = base.model.layers
+    lowest = min(i for i, layer in enumerate(layers) if any(p.requires_grad for p in layer.parameters()))
+    n_back = n_body - sum(p.numel() for layer in layers[:lowest] for n, p in layer.named_parameters() if frozen(n))
     n_head = base.get_output_embeddings().weight.numel()
     tokens = P + R * (L - P)  # the prefix is encoded once
-    flops = 2 * (2.0 * n_body * tokens) + 2.0 * n_head * int(loss_mask.sum())
+    flops = 2.0 * (n_body + n_back) * tokens + 2.0 * n_head * int(loss_mask.sum())
     for name, sec in groups.items():
         print(f"{name:16s} {sec:7.2f} s {sec / total:6.1%}")
     whole, mm = flops / plain_s / 1e9, flops / groups["matrix products"] / 1e9 * (plain_s / total)
