@@ -60,8 +60,8 @@ def main() -> None:
             times[dedupe].append(time.perf_counter() - t)
             tokens[dedupe] = stats.prompt_tokens
             played[dedupe] = [[s.action_ids for s in tr.steps] for tr in trajs]
-            print(f"dedupe={'on ' if dedupe else 'off'} {times[dedupe][-1]:6.1f} s, {stats.prompt_tokens} prompt tokens, "
-                  f"{stats.new_tokens} generated", flush=True)
+            print(f"dedupe={'on ' if dedupe else 'off'} {times[dedupe][-1]:6.1f} s, {stats.prompt_tokens} prompt "
+                  f"tokens, {stats.new_tokens} generated", flush=True)
     policy_module.generate = plain
     same = sum(a == b for a, b in zip(played[True], played[False]))
     on, off = min(times[True]), min(times[False])

@@ -8,8 +8,9 @@ the default LoRA, under ``torch.profiler``. Operators are grouped as matrix prod
 else (norms, activations, rotary embeddings, copies, the loss).
 
 It also gives the micro-batch's rate the way ``bench_profile.py`` counts it (2 · N_body per token fed, the
-same again for the backward through the layers it runs through, the shared prefix counted once), over the whole micro-batch and over its matrix
-products alone, against ``--limit-gflops`` (issue 19's 257 GFLOP/s for both cores, 128 for one thread).
+same again for the backward through the layers it runs through, the shared prefix counted once), over the whole
+micro-batch and over its matrix products alone, against ``--limit-gflops`` (issue 19's 257 GFLOP/s for both
+cores, 128 for one thread).
 
     python benchmarks/bench_update_ops.py                      # 8 rows x 420 tokens, 140 shared
     python benchmarks/bench_update_ops.py --threads 1 --limit-gflops 128

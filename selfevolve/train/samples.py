@@ -146,7 +146,8 @@ def micro_batches(rows: list, max_tokens: int, shared: int = 0) -> list[list]:
             cur_max = new_max
         return chunks + [cur] if cur else chunks
     n = len(order)
-    best, cut = [0] + [float("inf")] * n, [0] * (n + 1)  # best[j]: tokens to encode order[:j]; cut[j]: its last chunk's start
+    # best[j]: the fewest tokens that encode order[:j]; cut[j]: where the last chunk of that split starts
+    best, cut = [0] + [float("inf")] * n, [0] * (n + 1)
     for j in range(1, n + 1):
         longest = len(order[j - 1])
         for i in range(j - 1, -1, -1):
