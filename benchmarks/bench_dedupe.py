@@ -31,8 +31,10 @@ def _without_dedupe(generate):
     return lambda *args, **kwargs: generate(*args, **{**kwargs, "dedupe": False})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def step_batch(description: str):
+    """The command line both step benchmarks share (this one and ``bench_microbatch.py``), and one training step's
+    batch ready to play: ``(args, cfg, policy, env_cls, builder, episodes)``."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2)
@@ -41,13 +43,17 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = [f"model.init_from={args.init_from}"] if args.init_from else []
-    cfg = load_config(overrides=overrides)
+    cfg = load_config(overrides=[f"model.init_from={args.init_from}"] if args.init_from else [])
     policy = build_policy(cfg)
     load_init_adapter(cfg, policy)
     env_cls = ENVS[cfg.env.name]
     builder = build_prompt(cfg, policy, make_env(env_cls))
     episodes = step_episodes(SeedTasks(cfg.env.name, seed=0).next(args.tasks), args.group_size, step=1)
+    return args, cfg, policy, env_cls, builder, episodes
+
+
+def main() -> None:
+    args, _, policy, env_cls, builder, episodes = step_batch(__doc__.split("\n\n")[0])
     plain = policy_module.generate
     times: dict[bool, list[float]] = {True: [], False: []}
     tokens, played = {}, {}

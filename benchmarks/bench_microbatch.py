@@ -12,17 +12,13 @@ and the largest difference between the two splits' LoRA gradients (the same sum,
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 
 import torch
 
-from selfevolve.config import load_config
-from selfevolve.envs import ENVS, make_env
-from selfevolve.rollout.collect import play_episodes, step_episodes
-from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+from bench_dedupe import step_batch
+from selfevolve.rollout.collect import play_episodes
 from selfevolve.train.samples import build_rows, collate, micro_batches, shared_prefix_len
 
 
@@ -31,21 +27,7 @@ def encoded(chunks) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", type=int, default=4)
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--init-from", default=None)
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = load_config(overrides=[f"model.init_from={args.init_from}"] if args.init_from else [])
-    policy = build_policy(cfg)
-    load_init_adapter(cfg, policy)
-    env_cls = ENVS[cfg.env.name]
-    builder = build_prompt(cfg, policy, make_env(env_cls))
-    episodes = step_episodes(SeedTasks(cfg.env.name, seed=0).next(args.tasks), args.group_size, step=1)
+    args, cfg, policy, env_cls, builder, episodes = step_batch(__doc__.split("\n\n")[0])
     trajs = play_episodes(policy, builder, env_cls, {}, episodes, run_seed=0, step=1, version=1)
     rng = random.Random(0)
     rows = build_rows(trajs, [rng.gauss(0, 1) for _ in trajs])

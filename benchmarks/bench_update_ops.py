@@ -25,6 +25,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from bench_rollout import param_counts
 from selfevolve.config import load_config
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
@@ -76,14 +77,11 @@ def main() -> None:
         else:
             groups["the rest"] += sec
     total = sum(groups.values())
-    base = policy.model.get_base_model()
-    frozen = lambda n: "embed_tokens" not in n and "lora_" not in n  # noqa: E731
-    n_body = sum(p.numel() for n, p in base.model.named_parameters() if frozen(n))
-    # the backward runs only down to the lowest adapted layer (model.lora.top_layers)
-    layers = base.model.layers
+    n_body, n_head = param_counts(policy.model)
+    # the backward runs only down to the lowest adapted layer (model.lora.top_layers); the layers below hold no LoRA
+    layers = policy.model.get_base_model().model.layers
     lowest = min(i for i, layer in enumerate(layers) if any(p.requires_grad for p in layer.parameters()))
-    n_back = n_body - sum(p.numel() for layer in layers[:lowest] for n, p in layer.named_parameters() if frozen(n))
-    n_head = base.get_output_embeddings().weight.numel()
+    n_back = n_body - sum(p.numel() for layer in layers[:lowest] for p in layer.parameters())
     tokens = P + R * (L - P)  # the prefix is encoded once
     flops = 2.0 * (n_body + n_back) * tokens + 2.0 * n_head * int(loss_mask.sum())
     for name, sec in groups.items():

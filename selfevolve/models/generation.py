@@ -132,15 +132,15 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
     """The cache to encode ``prompt + suffix`` into, and the left-padded new tokens with their mask and positions:
     ``(cache, ids, mask, positions, base_pos, lengths, tokens encoded so far)``.
 
-    Over ``state`` when every prompt extends what its row holds (only the new tokens are encoded); else a fresh
-    cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows
+    Over ``state`` (the caller has checked that every prompt extends what its row holds: only the new tokens are
+    encoded); with ``state`` None, a fresh cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows
     (when there is more than one).
     Padding sits between what is cached and each row's new tokens; it is masked out and skipped by the position
     ids, so every row sees exactly its own prompt. ``lengths``: each row's new prompt tokens (suffix excluded).
     """
     device = next(module.parameters()).device
     B, encoded = len(prompts), 0
-    if state is not None and state.extends(prompts):
+    if state is not None:
         cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
         chunks = [list(p[len(q):]) for p, q in zip(prompts, state.seqs)]
     else:
@@ -208,8 +208,8 @@ def generate(
             encode = [list(k) for k in slot]
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
-    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(model, encode, state, prefix_ids, [], pad_id,
-                                                                       logits_to_keep=1)
+    cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(
+        model, encode, None if fresh else state, prefix_ids, [], pad_id, logits_to_keep=1)
     out.prompt_tokens += encoded
 
     logits = model(
@@ -292,7 +292,9 @@ def extend_cache(
     removes them. When every row already holds ``prompt[:-1]``, there is no suffix and ``need_hidden`` is
     False, nothing is encoded (and the hidden states returned are None).
     """
-    if state is not None and state.extends(prompts):
+    if state is not None and not state.extends(prompts):
+        state = None  # a fresh cache
+    if state is not None:
         if not suffix and not need_hidden and all(len(p) - len(q) == 1 for p, q in zip(prompts, state.seqs)):
             return None, state, 0
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(body, prompts, state, prefix_ids, suffix, 0)
