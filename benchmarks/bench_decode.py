@@ -17,6 +17,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.loading import load_model
 
 
@@ -35,13 +36,13 @@ def main() -> None:
     line = []
     for length in args.lengths:
         cache = DynamicCache()
-        model(input_ids=torch.randint(100, 40_000, (args.rows, length), device=model.device), past_key_values=cache,
-              use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.randint(100, 40_000, (args.rows, length), device=model.device),
+              **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1)
         nxt = torch.randint(100, 40_000, (args.rows, 1), device=model.device)
         times = []
         for _ in range(args.steps):
             t = time.perf_counter()
-            model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=nxt, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1)
             times.append(time.perf_counter() - t)
         step = sorted(times)[len(times) // 2]
         keys = cache.layers[0].keys

@@ -11,6 +11,7 @@ from selfevolve.agent.parsing import parse_action
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.generation import generate
 from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import SeedTasks, eval_tasks
@@ -79,6 +80,36 @@ def test_a_prompt_shared_by_several_rows_is_encoded_once(policy):
     cont = [generate(policy.model, nxt, max_new_tokens=3, stop_ids={2}, pad_id=2, greedy=True, state=r.state)
             for r in (once, each)]
     assert cont[0].ids == cont[1].ids and cont[0].prompt_tokens == cont[1].prompt_tokens
+
+
+def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40); older
+    5.x releases know only the old name. The name is read from the model's signature, through peft's wrapper,
+    and generation, the update's forward and the critic's cache warn about neither."""
+    import inspect
+    import warnings
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    class New:
+        def forward(self, input_ids=None, cache=None, **kwargs): ...
+
+    assert cache_kwargs(Old(), 1) == {"past_key_values": 1} and cache_kwargs(New(), 1) == {"cache": 1}
+    body, _ = policy._body_and_head()
+    takes = "cache" if "cache" in inspect.signature(type(body).forward).parameters else "past_key_values"
+    assert cache_kwargs(policy.model, 0) == cache_kwargs(body, 0) == {takes: 0}  # the peft wrapper looked through
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        prefix = list(range(100, 120))
+        gen = generate(policy.model, [prefix + [5, 6], prefix + [7]], max_new_tokens=3, stop_ids={2}, pad_id=2,
+                       greedy=True, prefix_ids=prefix)
+        generate(policy.model, [s + [8] for s in gen.state.seqs], max_new_tokens=2, stop_ids={2}, pad_id=2,
+                 greedy=True, state=gen.state)
+        ids = torch.tensor([prefix + [5, 6], prefix + [7, 8]])
+        loss_mask = torch.zeros_like(ids)
+        loss_mask[:, -1] = 1
+        policy.forward_rows(ids, torch.ones_like(ids), loss_mask, prefix_len=len(prefix))
 
 
 def test_sampling_is_reproducible_with_a_generator(policy):

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from selfevolve.models.compat import cache_kwargs
+
 
 @dataclass
 class Generation:
@@ -133,8 +135,8 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
     ``(cache, ids, mask, positions, base_pos, lengths, tokens encoded so far)``.
 
     Over ``state`` (the caller has checked that every prompt extends what its row holds: only the new tokens are
-    encoded); with ``state`` None, a fresh cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by ``module`` and repeated for all rows
-    (when there is more than one).
+    encoded); with ``state`` None, a fresh cache, with ``prefix_ids`` (a prefix of every prompt) encoded once by
+    ``module`` and repeated for all rows (when there is more than one).
     Padding sits between what is cached and each row's new tokens; it is masked out and skipped by the position
     ids, so every row sees exactly its own prompt. ``lengths``: each row's new prompt tokens (suffix excluded).
     """
@@ -149,8 +151,8 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
         if P:
             if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):
                 raise ValueError("every prompt must start with prefix_ids and extend beyond it")
-            module(input_ids=torch.tensor([list(prefix_ids)], device=device), past_key_values=cache, use_cache=True,
-                   **forward_kwargs)
+            module(input_ids=torch.tensor([list(prefix_ids)], device=device), **cache_kwargs(module, cache),
+                   use_cache=True, **forward_kwargs)
             cache.batch_repeat_interleave(B)
             encoded += P
         old_mask = torch.ones((B, P), dtype=torch.long, device=device)
@@ -213,7 +215,7 @@ def generate(
     out.prompt_tokens += encoded
 
     logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+        input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(model, cache), use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1, :]
     if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
@@ -247,7 +249,7 @@ def generate(
             input_ids=tok[:, None],
             attention_mask=mask,
             position_ids=next_pos[:, None],
-            past_key_values=cache,
+            **cache_kwargs(model, cache),
             use_cache=True,
         ).logits[:, -1, :]
         next_pos = next_pos + alive.long()
@@ -298,7 +300,7 @@ def extend_cache(
         if not suffix and not need_hidden and all(len(p) - len(q) == 1 for p, q in zip(prompts, state.seqs)):
             return None, state, 0
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(body, prompts, state, prefix_ids, suffix, 0)
-    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(body, cache),
                   use_cache=True).last_hidden_state[:, -1]
     drop = len(suffix) + 1
     cache.crop(-drop)  # remove that many trailing columns
