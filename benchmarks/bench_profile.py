@@ -20,10 +20,10 @@ is replaced). The run is the trainer's own loop, unchanged; the profile wraps it
 It also counts the tokens each kind of forward processes, and turns them into GFLOP/s as
 `bench_rollout.py` does (2 · N_body per token fed, 2 · N_head per token whose logits are computed; attention
 and LoRA left out). The backward is counted as the same 2 · N_body per token: the base weights are frozen, so
-it computes activation gradients only (plus LoRA's, left out). The fraction is of this machine's compute limit
-as issue 19 states it: 257 GFLOP/s, what a large fp32 `linear` (256×576 by 576×1536) reached on the 2 cores
-(docs/benchmarks.md, "Rollout throughput"), scaled by the threads used; `--limit-gflops` elsewhere (on a GPU,
-a large bf16 matrix product's rate, not scaled). On a GPU every region edge waits for the queued kernels
+it computes activation gradients only (plus LoRA's, left out). The fraction is of the machine's compute limit
+as issue 19 states it: what a large `linear` (256×576 by 576×1536) reaches with the run's threads and dtype,
+timed after the run (`bench_rollout.measured_limit`: the CPU under this project has changed between sessions);
+`--limit-gflops` sets it instead (on a GPU, a large bf16 matrix product's rate: that small shape underfills one). On a GPU every region edge waits for the queued kernels
 (`torch.cuda.synchronize`), so a kernel's time is charged to the region that launched it.
 
 Prints both tables, the phase × kind matrix and the throughputs, writes them to OUT/profile.json, and ends with a
@@ -47,12 +47,11 @@ import selfevolve.models.policy as policy_mod
 import selfevolve.rollout.runner as runner_mod
 import selfevolve.train.trainer as trainer_mod
 import selfevolve.train.update as update_mod
-from bench_rollout import param_counts
+from bench_rollout import measured_limit, param_counts
 from selfevolve.config import load_config
 from selfevolve.train.metrics import MetricsLogger
 
 # region -> the phase it opens (a second is charged to the innermost phase it falls in)
-LIMIT_GFLOPS = 257.0  # fp32, both cores of this machine: a large linear (docs/benchmarks.md, "Rollout throughput")
 PHASES = {"evaluation": "evaluation", "warm start": "warm start", "rollout": "rollout", "credit": "credit",
           "update": "update", "checkpoint": "checkpoint", "trajectory log": "logs", "metrics log": "logs"}
 
@@ -195,7 +194,7 @@ def table(title: str, totals: dict[str, float], wall: float) -> list[str]:
 
 def main() -> None:
     overrides = sys.argv[1:]
-    limit = LIMIT_GFLOPS
+    limit = None
     for o in list(overrides):
         if o.startswith("--limit-gflops="):
             limit = float(o.split("=", 1)[1])
@@ -232,8 +231,10 @@ def main() -> None:
         parts = sorted(((k, s) for (p, k), s in regions.charged.items() if p == phase), key=lambda kv: -kv[1])
         lines.append(f"  {phase}: " + ", ".join(f"{k} {s:.1f}" for k, s in parts if s >= 0.05))
     n_body, n_head = param_counts(trainer.policy.model)
-    # the CPU limit was measured on both cores: a run on fewer threads is held to its share; a GPU's is whole
-    peak = limit if ON_GPU else limit * min(torch.get_num_threads(), 2) / 2
+    # the limit of the machine and threads the run had, measured after it (a GPU's: --limit-gflops, a large bf16
+    # product's rate; the small CPU shape would not fill it)
+    params = next(trainer.policy.model.parameters())
+    peak = limit or measured_limit(params.dtype, str(params.device))
     rates = {}
     lines.append(f"\nthroughput (N_body {n_body / 1e6:.1f} M, N_head {n_head / 1e6:.1f} M; limit {peak:.0f} GFLOP/s)")
     for kind in ("prefill", "decode", "update forward", "backward"):

@@ -46,10 +46,32 @@ from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import eval_tasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
-# This machine's compute limits (2 cores), GFLOP/s. fp32: a large fp32 `linear` (256x576 by 576x1536), the limit
-# issue 19 and bench_profile.py use (docs/benchmarks.md, "Rollout throughput"); platform.md's 82 was a smaller
-# product, which the engine itself exceeds. bf16/fp16: platform.md's figure, not re-measured.
-PEAK_GFLOPS = {"fp32": 257.0, "bf16": 115.0, "fp16": 115.0}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def measured_limit(dtype: torch.dtype = torch.float32, device: str = "cpu", seconds: float = 3.0) -> float:
+    """The compute limit issue 19 measures against, in GFLOP/s: a large `linear` (256x576 by 576x1536, the
+    shape of the model's MLP input over a batch of prompt tokens), timed now with this process's threads.
+
+    Timed in the run rather than written down, because the machine under this project is not always the same:
+    the CPU of 2026-11-21..24 reached 257 GFLOP/s fp32 on 2 threads, the one of 2026-11-25 (AVX2, 2.0 GHz)
+    47. The best of three rounds, so a moment of contention lowers it less than it lowers the run.
+    """
+    x = torch.randn(256, 576, dtype=dtype, device=device)
+    w = torch.randn(1536, 576, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    for _ in range(3):
+        torch.nn.functional.linear(x, w)
+    sync()
+    best, flop = 0.0, 2.0 * 256 * 576 * 1536
+    for _ in range(3):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 3:
+            torch.nn.functional.linear(x, w)
+            n += 1
+        sync()
+        best = max(best, n * flop / (time.perf_counter() - t0) / 1e9)
+    return best
 
 
 def parse_args(argv=None):
@@ -64,7 +86,8 @@ def parse_args(argv=None):
     p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--seed-offset", type=int, default=1_000_000, help="first evaluation seed (eval_tasks)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    p.add_argument("--peak-gflops", type=float, default=None, help="override this machine's matmul peak")
+    p.add_argument("--peak-gflops", type=float, default=None,
+                   help="the compute limit in GFLOP/s (default: measured at the start, measured_limit)")
     p.add_argument("--skip-naive", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="time breakdown of the engine run: prefill / decode / lm_head / token stats / prompt / Python")
@@ -248,8 +271,8 @@ def main(argv=None):
     max_turns = args.max_turns or probe.max_turns
     tasks = eval_tasks(getattr(env_cls, "name", env_cls.__name__), args.episodes, args.seed_offset)
     n_body, n_head = param_counts(policy.model)
-    # The measured peaks are for both cores; a run limited to fewer threads is held to its share of them.
-    peak = args.peak_gflops or PEAK_GFLOPS[args.dtype] * min(torch.get_num_threads(), 2) / 2
+    # measured with the run's threads and dtype, on whatever machine this is
+    peak = args.peak_gflops or measured_limit(DTYPES[args.dtype], str(policy.device))
 
     print(f"model {args.model} ({args.dtype}), policy loaded in {load_s:.1f}s; env {cfg.env.name} {env_opts or '(defaults)'}, "
           f"{args.episodes} episodes, max_turns {max_turns}, max_new_tokens {policy.max_new_tokens}, "

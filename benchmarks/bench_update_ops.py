@@ -9,11 +9,11 @@ else (norms, activations, rotary embeddings, copies, the loss).
 
 It also gives the micro-batch's rate the way ``bench_profile.py`` counts it (2 · N_body per token fed, the
 same again for the backward through the layers it runs through, the shared prefix counted once), over the whole
-micro-batch and over its matrix products alone, against ``--limit-gflops`` (issue 19's 257 GFLOP/s for both
-cores, 128 for one thread).
+micro-batch and over its matrix products alone, against the machine's compute limit (issue 19's large `linear`,
+timed in the same run by ``bench_rollout.measured_limit``; ``--limit-gflops`` sets it instead).
 
     python benchmarks/bench_update_ops.py                      # 8 rows x 420 tokens, 140 shared
-    python benchmarks/bench_update_ops.py --threads 1 --limit-gflops 128
+    python benchmarks/bench_update_ops.py --threads 1
     python benchmarks/bench_update_ops.py model.lora.top_layers=15
 """
 
@@ -25,7 +25,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench_rollout import param_counts
+from bench_rollout import measured_limit, param_counts
 from selfevolve.config import load_config
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=420)
     ap.add_argument("--prefix", type=int, default=140)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--limit-gflops", type=float, default=257.0)
+    ap.add_argument("--limit-gflops", type=float, default=None, help="default: measured (measured_limit)")
     ap.add_argument("override", nargs="*", help="config overrides (dotted.key=value), e.g. model.lora.top_layers=15")
     args = ap.parse_args()
     if args.threads:
@@ -86,6 +86,8 @@ def main() -> None:
     flops = 2.0 * (n_body + n_back) * tokens + 2.0 * n_head * int(loss_mask.sum())
     for name, sec in groups.items():
         print(f"{name:16s} {sec:7.2f} s {sec / total:6.1%}")
+    if args.limit_gflops is None:
+        args.limit_gflops = measured_limit()
     whole, mm = flops / plain_s / 1e9, flops / groups["matrix products"] / 1e9 * (plain_s / total)
     print(f"micro-batch {plain_s:.2f} s without the profiler ({tokens} tokens fed); counted FLOPs {flops / 1e9:.0f} G: "
           f"{whole:.1f} GFLOP/s ({whole / args.limit_gflops:.0%} of {args.limit_gflops:.0f}), over the matrix "
