@@ -23,8 +23,9 @@ and LoRA left out). The backward is counted as the same 2 · N_body per token: t
 it computes activation gradients only (plus LoRA's, left out). The fraction is of the machine's compute limit
 as issue 19 states it: what a large `linear` (256×576 by 576×1536) reaches with the run's threads and dtype,
 timed after the run (`bench_rollout.measured_limit`: the CPU under this project has changed between sessions);
-`--limit-gflops` sets it instead (on a GPU, a large bf16 matrix product's rate: that small shape underfills one). On a GPU every region edge waits for the queued kernels
-(`torch.cuda.synchronize`), so a kernel's time is charged to the region that launched it.
+`--limit-gflops` sets it instead (on a GPU, a large bf16 matrix product's rate: that small shape underfills one).
+On a GPU every region edge waits for the queued kernels (`torch.cuda.synchronize`), so a kernel's time is charged
+to the region that launched it.
 
 Prints both tables, the phase × kind matrix and the throughputs, writes them to OUT/profile.json, and ends with a
 SUMMARY line.

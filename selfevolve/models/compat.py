@@ -1,9 +1,9 @@
 """What differs between the transformers releases that ``transformers>=5.0`` admits.
 
-transformers 5.24 renamed the key/value cache argument of a model's ``forward`` from ``past_key_values`` to
-``cache``; the old name still works there, with a FutureWarning on every run, and is to be removed in 5.40.
-Earlier 5.x releases know only ``past_key_values`` (and would swallow an unknown ``cache`` into ``**kwargs``
-without using it). So the name is read from the model's own signature, once per class.
+transformers 5.24 (what a fresh install got on 2026-11-25) takes a model's key/value cache as ``cache``; the
+older name ``past_key_values`` still works there, with a FutureWarning on every run, and is to be removed in
+5.40. Earlier releases take ``past_key_values`` (and would swallow an unknown ``cache`` into ``**kwargs`` without
+using it). So the name is read from the model's own signature, once per class.
 """
 
 from __future__ import annotations
