@@ -55,7 +55,7 @@ def measured_limit(dtype: torch.dtype = torch.float32, device: str = "cpu", seco
 
     Timed in the run rather than written down, because the machine under this project is not always the same:
     the CPU of 2026-11-21..24 reached 257 GFLOP/s fp32 on 2 threads, the one of 2026-11-25 (AVX2, 2.0 GHz)
-    47. The best of three rounds, so a moment of contention lowers it less than it lowers the run.
+    47-58. The best of three rounds, so a moment of contention lowers it less than it lowers the run.
     """
     x = torch.randn(256, 576, dtype=dtype, device=device)
     w = torch.randn(1536, 576, dtype=dtype, device=device)
