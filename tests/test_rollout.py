@@ -4,6 +4,9 @@ The central property is token-in, token-out: the training sample is exactly the 
 and the log-probs the update recomputes on it equal the ones recorded at rollout time.
 """
 
+import inspect
+import warnings
+
 import pytest
 import torch
 
@@ -85,9 +88,7 @@ def test_a_prompt_shared_by_several_rows_is_encoded_once(policy):
 def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
     """transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40); older
     5.x releases know only the old name. The name is read from the model's signature, through peft's wrapper,
-    and generation, the update's forward and the critic's cache warn about neither."""
-    import inspect
-    import warnings
+    and generation, the update's forward and the prefill of a search node (``extend_cache``) warn about neither."""
 
     class Old:
         def forward(self, input_ids=None, past_key_values=None, **kwargs): ...
@@ -110,6 +111,7 @@ def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
         loss_mask = torch.zeros_like(ids)
         loss_mask[:, -1] = 1
         policy.forward_rows(ids, torch.ones_like(ids), loss_mask, prefix_len=len(prefix))
+        policy.prefill([prefix + [5, 6], prefix + [7]])
 
 
 def test_sampling_is_reproducible_with_a_generator(policy):
