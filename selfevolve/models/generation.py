@@ -213,10 +213,10 @@ def generate(
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(
         model, encode, None if fresh else state, prefix_ids, [], pad_id, logits_to_keep=1)
     out.prompt_tokens += encoded
+    with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below
 
     logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(model, cache), use_cache=True,
-        logits_to_keep=1,
+        input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True, logits_to_keep=1,
     ).logits[:, -1, :]
     if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
         idx = torch.tensor(row_of, device=device)
@@ -249,7 +249,7 @@ def generate(
             input_ids=tok[:, None],
             attention_mask=mask,
             position_ids=next_pos[:, None],
-            **cache_kwargs(model, cache),
+            **with_cache,
             use_cache=True,
         ).logits[:, -1, :]
         next_pos = next_pos + alive.long()

@@ -220,12 +220,13 @@ class Policy:
             if value_mask is not None:
                 assert not value_mask[:, :P].any(), "the shared prefix must carry no value position"
             cache = DynamicCache()
-            body(input_ids=input_ids[:1, :P], **cache_kwargs(body, cache), use_cache=True)
+            with_cache = cache_kwargs(body, cache)
+            body(input_ids=input_ids[:1, :P], **with_cache, use_cache=True)
             cache.batch_repeat_interleave(input_ids.shape[0])
             rest = input_ids[:, P:]
             positions = torch.arange(P, input_ids.shape[1], device=input_ids.device)[None].expand_as(rest)
             hidden = body(input_ids=rest, attention_mask=attention_mask, position_ids=positions,
-                          **cache_kwargs(body, cache), use_cache=True).last_hidden_state
+                          **with_cache, use_cache=True).last_hidden_state
             input_ids = rest
             loss_mask = loss_mask[:, P:] if loss_mask is not None else None
             value_mask = value_mask[:, P:] if value_mask is not None else None
@@ -256,26 +257,27 @@ class Policy:
         body, head = self._body_and_head()
         ids = batch["real_ids"]
         cache = DynamicCache()
+        with_cache = cache_kwargs(body, cache)
         P = batch.get("prefix_len", 0)
         mask = batch.get("real_mask")
         if P > 0:
             # the prefix every episode shares (system prompt, few-shot turns): encoded once, its keys and values
             # repeated for every row; gradients flow back through the sharing
-            first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], **cache_kwargs(body, cache),
+            first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], **with_cache,
                          use_cache=True).last_hidden_state
             cache.batch_repeat_interleave(ids.shape[0])
             rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
-                        position_ids=batch["real_pos"][:, P:], **cache_kwargs(body, cache),
+                        position_ids=batch["real_pos"][:, P:], **with_cache,
                         use_cache=True).last_hidden_state
             hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
         else:
             hidden = body(input_ids=ids, attention_mask=mask, position_ids=batch["real_pos"],
-                          **cache_kwargs(body, cache), use_cache=True).last_hidden_state
+                          **with_cache, use_cache=True).last_hidden_state
         B, L, H = hidden.shape
         vmask = batch["value_mask"]
         if with_values and self.value_head is not None and batch["cp_ids"].shape[1] > 0:
             cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
-                             **cache_kwargs(body, cache), use_cache=True).last_hidden_state
+                             **with_cache, use_cache=True).last_hidden_state
             flat_cp = cp_hidden.reshape(-1, H)
             values = self.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
         else:
