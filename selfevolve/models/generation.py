@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
-
 from selfevolve.models.compat import cache_kwargs
+from selfevolve.models.kv_cache import GrowingCache
 
 
 @dataclass
@@ -87,7 +86,7 @@ class KVState:
     full-history chat does — only the new tokens (the end of the reply and the new observation) are encoded.
     """
 
-    cache: DynamicCache
+    cache: GrowingCache
     mask: torch.Tensor  # [B, S] 1 = real token
     seqs: list[list[int]]
     next_pos: torch.Tensor  # [B]
@@ -103,7 +102,7 @@ class KVState:
         all start from its cache). Unlike :meth:`select` this copies: ``self`` stays usable, so a candidate
         can be explored (lookahead) and later continued from the same cache."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        cache = DynamicCache()
+        cache = GrowingCache()
         for i, layer in enumerate(self.cache.layers):
             cache.update(layer.keys.index_select(0, idx), layer.values.index_select(0, idx), i)
         return KVState(cache, self.mask[idx], [list(self.seqs[i]) for i in rows], self.next_pos[idx])
@@ -146,7 +145,7 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
         cache, old_mask, base_pos = state.cache, state.mask, state.next_pos
         chunks = [list(p[len(q):]) for p, q in zip(prompts, state.seqs)]
     else:
-        cache = DynamicCache()
+        cache = GrowingCache()
         P = len(prefix_ids) if prefix_ids and B > 1 else 0  # one row: sharing saves nothing, costs a forward
         if P:
             if any(p[:P] != list(prefix_ids) or len(p) <= P for p in prompts):

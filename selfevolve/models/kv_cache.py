@@ -1,0 +1,101 @@
+"""A key/value cache that appends in place: the generation loop's cache, with room to grow.
+
+transformers' ``DynamicCache`` appends a step's keys and values with ``torch.cat``, which allocates a new tensor
+for every layer and copies the whole cache into it, on every decode step: at 32 rows and 300 cached positions
+that is 60 fresh tensors of 7 MB a step. On the AVX2 CPU of 2026-11-25 those copies (and the page faults of the
+freshly allocated memory) took about a third of a decode step (``benchmarks/bench_kv_cache.py``).
+
+:class:`GrowingCache` keeps each layer's keys and values in a buffer with spare positions at the end: an append
+writes into the spare positions, and only a full buffer is copied into a larger one (by a quarter more, at least
+``MIN_SPARE`` positions), so the cost of copying is amortised over many appends. The model sees a view of the
+filled positions, holding exactly the numbers ``torch.cat`` would have produced, so the results are identical
+(tested). Every other operation (selecting rows, repeating them, cropping) keeps ``DynamicCache``'s semantics:
+it replaces the layer's tensors, which the next append moves into a new buffer.
+
+Generation only: an in-place write into a tensor that autograd saved for the backward would corrupt the
+gradient, so with gradients enabled an append falls back to ``torch.cat``.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+MIN_SPARE = 64  # positions added at least when a buffer grows: a turn's decode steps then fit without a copy
+
+
+def grown_capacity(needed: int) -> int:
+    """Positions to allocate when ``needed`` no longer fit: a quarter more, at least ``MIN_SPARE`` more, so that
+    n appended positions cost O(n) copying in all, not O(n²) as with one ``torch.cat`` per append."""
+    return needed + max(needed // 4, MIN_SPARE)
+
+
+def _append(buf: torch.Tensor, n: int, new: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Write ``new`` [B, H, m, D] after the ``n`` filled positions of ``buf`` [B, H, cap, D]; a new buffer when
+    it does not fit (or when ``buf`` holds nothing yet). Returns the buffer and its filled length."""
+    m = new.shape[-2]
+    if buf.dim() != 4 or n == 0:
+        buf = new.new_empty(*new.shape[:-2], grown_capacity(m), new.shape[-1])
+    elif buf.shape[:2] != new.shape[:2] or buf.shape[-1] != new.shape[-1]:
+        # torch.cat would refuse; a slice copy would broadcast one row into all of them
+        raise ValueError(f"cannot append keys/values of shape {tuple(new.shape)} to a cache of {tuple(buf.shape)}")
+    elif n + m > buf.shape[-2]:
+        grown = buf.new_empty(*buf.shape[:-2], grown_capacity(n + m), buf.shape[-1])
+        grown[:, :, :n].copy_(buf[:, :, :n])
+        buf = grown
+    buf[:, :, n: n + m].copy_(new)
+    return buf, n + m
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's cache: ``keys``/``values`` are views of the first filled positions of larger buffers.
+
+    Assigning ``keys`` or ``values`` (as ``DynamicLayer``'s row selection, repeat and crop do) makes the assigned
+    tensor the buffer, full; it is copied into a larger buffer at the next append."""
+
+    def __init__(self, **kwargs):
+        self._kbuf = self._vbuf = None
+        self._kn = self._vn = 0
+        super().__init__(**kwargs)
+
+    @staticmethod
+    def _filled(buf, n):
+        return buf if buf is None or buf.dim() != 4 else buf[:, :, :n]
+
+    @staticmethod
+    def _length(t):
+        return t.shape[-2] if t is not None and t.dim() == 4 else 0
+
+    @property
+    def keys(self):
+        return self._filled(self._kbuf, self._kn)
+
+    @keys.setter
+    def keys(self, t):
+        self._kbuf, self._kn = t, self._length(t)
+
+    @property
+    def values(self):
+        return self._filled(self._vbuf, self._vn)
+
+    @values.setter
+    def values(self, t):
+        self._vbuf, self._vn = t, self._length(t)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if torch.is_grad_enabled() and (key_states.requires_grad or value_states.requires_grad):
+            return super().update(key_states, value_states, *args, **kwargs)
+        self._kbuf, self._kn = _append(self._kbuf, self._kn, key_states)
+        self._vbuf, self._vn = _append(self._vbuf, self._vn, value_states)
+        return self.keys, self.values
+
+
+class GrowingCache(DynamicCache):
+    """A ``DynamicCache`` whose layers are :class:`GrowingLayer` (created as the model's layers first write)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer_class_to_replicate = GrowingLayer
