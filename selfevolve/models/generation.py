@@ -214,8 +214,13 @@ def generate(
     out.prompt_tokens += encoded
     with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below
 
+    # The last position by index, not ``logits_to_keep=1``: the slice [:, -1:] of a longer input is a strided
+    # view, for which torch's matmul runs the head as one matrix-vector product per row (a 49k x 576 weight
+    # read B times, ~7x slower on the CPU); indexing copies the B hidden states into one matrix product.
+    last = torch.tensor([ids.shape[1] - 1], device=device)
     logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True, logits_to_keep=1,
+        input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True,
+        logits_to_keep=last,
     ).logits[:, -1, :]
     if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
         idx = torch.tensor(row_of, device=device)
