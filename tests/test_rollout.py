@@ -5,6 +5,7 @@ and the log-probs the update recomputes on it equal the ones recorded at rollout
 """
 
 import inspect
+import os
 import warnings
 
 import pytest
@@ -345,3 +346,42 @@ def test_the_update_in_micro_batches_equals_the_update_in_one(policy):
     (a, wa), (b, wb) = results
     assert a["loss/policy"] == pytest.approx(b["loss/policy"], rel=1e-4, abs=1e-6)
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_grouped_attention_reads_the_key_value_heads_without_copies_and_changes_nothing(policy, monkeypatch):
+    """On the CPU, load_model lets SDPA read the grouped key/value heads as they are (the tiny model has 4 query
+    heads over 2 key/value heads): the update's forward on padded rows gives the same log-probs and gradients as
+    with transformers' copies (``repeat_kv``), which are then never made."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    from selfevolve.models.compat import SDPA_GQA_ENV, prefer_grouped_attention
+
+    assert os.environ.get(SDPA_GQA_ENV) == "1"  # set when the policy's model was loaded
+    copies = []
+    repeat_kv = sdpa.repeat_kv
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda x, n: copies.append(n) or repeat_kv(x, n))
+    ids = torch.tensor([list(range(100, 112)), list(range(200, 212))])
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0  # padding: a mask goes to the attention
+    loss_mask = torch.zeros_like(ids)
+    loss_mask[:, 5:8] = 1
+    runs = {}
+    for switch in ("0", "1"):
+        monkeypatch.setenv(SDPA_GQA_ENV, switch)
+        policy.model.zero_grad(set_to_none=True)
+        logp, _, _ = policy.forward_rows(ids, mask, loss_mask)
+        logp.sum().backward()
+        runs[switch] = logp.detach(), [p.grad.clone() for p in policy.trainable_parameters()]
+        assert bool(copies) == (switch == "0")
+        copies.clear()
+    assert torch.allclose(runs["0"][0], runs["1"][0], atol=1e-6)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(runs["0"][1], runs["1"][1]))
+    policy.model.zero_grad(set_to_none=True)
+    monkeypatch.setenv(SDPA_GQA_ENV, "0")
+    prefer_grouped_attention("cpu")
+    assert os.environ[SDPA_GQA_ENV] == "0"  # a value the user set is kept
+    monkeypatch.delenv(SDPA_GQA_ENV)
+    prefer_grouped_attention("cuda")
+    assert SDPA_GQA_ENV not in os.environ  # not on CUDA: masked grouped heads would leave the fused kernels
+    prefer_grouped_attention("cpu")
+    assert os.environ[SDPA_GQA_ENV] == "1"

@@ -4,12 +4,18 @@ transformers 5.24 (what a fresh install got on 2026-11-25) takes a model's key/v
 older name ``past_key_values`` still works there, with a FutureWarning on every run, and is to be removed in
 5.40. Earlier releases take ``past_key_values`` (and would swallow an unknown ``cache`` into ``**kwargs`` without
 using it). So the name is read from the model's own signature, once per class.
+
+Its SDPA attention also copies grouped key/value heads whenever a mask is given (:func:`prefer_grouped_attention`
+switches that off on the CPU).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from functools import lru_cache
+
+import torch
 
 
 @lru_cache(maxsize=None)
@@ -26,3 +32,21 @@ def cache_kwargs(module, cache) -> dict:
     while hasattr(inner, "get_base_model"):  # PeftModel and its subclasses
         inner = inner.get_base_model()
     return {_cache_name(type(inner)): cache}
+
+
+SDPA_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
+def prefer_grouped_attention(device) -> None:
+    """On the CPU, let torch's fused attention read the grouped key/value heads as they are (``enable_gqa``).
+
+    transformers passes ``enable_gqa`` only when there is no attention mask; with one — every batch of ours has
+    padding — it first copies each key/value head once per query head of its group (``repeat_kv``: three copies of
+    the whole cache per layer for SmolLM2's 9 query and 3 key/value heads). torch's CPU flash kernel takes a mask
+    and grouped heads together, with the same outputs (tested), so the copies and, in the update, their backward
+    are saved: 0.96x an update micro-batch's forward and backward (docs/benchmarks.md). transformers reads this
+    switch at every attention call. Not on CUDA, where a mask with grouped heads would make torch fall back from
+    the fused kernels to the plain one; a value the user set is kept.
+    """
+    if torch.device(device).type == "cpu":
+        os.environ.setdefault(SDPA_GQA_ENV, "1")

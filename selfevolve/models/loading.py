@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from selfevolve.errors import ConfigError
+from selfevolve.models.compat import prefer_grouped_attention
 
 SMOLLM2 = "smollm2-135m"
 TINY = "tiny"
@@ -141,6 +142,7 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
             ) from None
     model.config.use_cache = True
     model.to(default_device())
+    prefer_grouped_attention(default_device())
     model.eval()
     return model, tok
 
