@@ -385,3 +385,50 @@ def test_grouped_attention_reads_the_key_value_heads_without_copies_and_changes_
     assert SDPA_GQA_ENV not in os.environ  # not on CUDA: masked grouped heads would leave the fused kernels
     prefer_grouped_attention("cpu")
     assert os.environ[SDPA_GQA_ENV] == "1"
+
+
+def test_rows_with_zero_advantage_are_not_run_and_the_update_is_unchanged(policy, monkeypatch):
+    """A group whose rollouts all scored the same has zero advantage everywhere: without a KL term or a critic
+    those rows add nothing to the loss, so the update leaves them out of the forward. They still count in the
+    token mean: the step equals a step on the other rows alone with the learning rate scaled by
+    (tokens run) / (all tokens), as loss = Σ_run ℓ_t / N_all = (N_run / N_all) · Σ_run ℓ_t / N_run."""
+    import random
+
+    from selfevolve.train.update import ppo_update
+
+    builder = build_prompt(load_config(overrides=["model.name=tiny"]), policy, make_env(FrozenLakeEnv))
+    tasks = [t for t in SeedTasks("frozenlake", seed=0).next(2) for _ in range(3)]
+    gens = [torch.Generator().manual_seed(i) for i in range(len(tasks))]
+    trajs = rollout(policy, [make_env(FrozenLakeEnv, max_turns=3) for _ in tasks], tasks, builder, max_turns=3,
+                    generator=gens)
+    rows = build_rows(trajs, [0.0, 0.0, 0.0, 0.7, -0.2, -0.5])  # the first task's group: all the same reward
+    live = rows[3:]
+    n_all, n_run = sum(len(r.advantages) for r in rows), sum(len(r.advantages) for r in live)
+    algo = load_config(overrides=["algo.max_grad_norm=1e9"]).algo  # no clipping: the two steps must scale
+    seen = []
+    forward_rows = policy.forward_rows
+    monkeypatch.setattr(policy, "forward_rows", lambda ids, *a, **k: seen.append(len(ids)) or forward_rows(ids, *a, **k))
+    state = {k: v.clone() for k, v in policy.adapter_state().items()}
+    after = []
+    for train_rows, lr in ((rows, 0.1), (live, 0.1 * n_run / n_all)):
+        policy.load_adapter_state(state)
+        st = ppo_update(policy, torch.optim.SGD(policy.trainable_parameters(), lr=lr), train_rows, algo,
+                        random.Random(0))
+        after.append({k: v.clone() for k, v in policy.adapter_state().items()})
+        if train_rows is rows:
+            assert sum(seen) == 3 and st["update/idle_rows"] == pytest.approx(0.5)  # 3 of 6 rows run
+    assert all(torch.allclose(after[0][k], after[1][k], atol=1e-6) for k in state)
+    assert not all(torch.equal(after[0][k], state[k]) for k in state)  # the step did move the adapter
+
+    seen.clear()  # a minibatch with nothing to learn: no forward, a zero gradient, the optimizer still steps
+    policy.load_adapter_state(state)
+    st = ppo_update(policy, torch.optim.SGD(policy.trainable_parameters(), lr=0.1), rows[:3], algo, random.Random(0))
+    assert seen == [] and st["update/idle_rows"] == 1.0
+    assert all(p.grad is not None and not p.grad.any() for p in policy.trainable_parameters())
+    assert all(torch.equal(v, state[k]) for k, v in policy.adapter_state().items())
+
+    kl = load_config(overrides=["algo.kl_coef=0.1"]).algo  # a KL term: every row carries loss, all are run
+    st = ppo_update(policy, torch.optim.SGD(policy.trainable_parameters(), lr=0.0), rows, kl, random.Random(0))
+    assert "update/idle_rows" not in st and seen[0] == 6  # (then the reference policy's forward)
+    policy.load_adapter_state(state)
+    policy.model.zero_grad(set_to_none=True)

@@ -7,6 +7,12 @@ the reference policy — the base model with the LoRA adapter disabled.
 With a critic (PPO: rows carry ``returns``), the same forward pass also reads the value head at each turn's
 value position, and the loss adds ``vf_coef`` × the clipped value loss (turn-mean, weighted across
 micro-batches by turn count as the policy loss is by token count).
+
+A row whose every advantage is 0 (a GRPO/RLOO group whose rollouts all scored the same) adds exactly 0 to the
+clipped surrogate and to its gradient. Without a KL term or a critic, that is all the loss it carries, so such
+rows are not run through the model at all: they still count in the token-mean's denominator, so the loss and
+the gradient are those of the whole minibatch (``update/idle_rows`` reports the fraction left out). The
+diagnostics (entropy, clip fractions, ratio) are then means over the rows that were run.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
     added with weight ``vf_coef``.
     """
     critic = objective == "ppo" and policy.value_head is not None and any(r.returns for r in rows)
+    # the clipped surrogate is the whole loss: rows with all-zero advantages add nothing to it or its gradient
+    skip_idle = objective == "ppo" and not critic and algo.kl_coef == 0
     sums: dict[str, float] = {}
     count = 0
     params = policy.trainable_parameters()
@@ -35,11 +43,16 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
     # differ from the ones that sampled.
     policy.model.eval()
     for mb in minibatch_schedule(rows, algo, rng):
-        n_tokens = sum(len(r.advantages) for r in mb)
+        n_tokens = sum(len(r.advantages) for r in mb)  # the token-mean's denominator, idle rows included
         n_turns = sum(len(r.returns) for r in mb)
+        run = [r for r in mb if any(r.advantages)] if skip_idle else mb
+        n_run = sum(len(r.advantages) for r in run)
         optimizer.zero_grad(set_to_none=True)
-        st_mb: dict[str, float] = {}
-        for chunk in micro_batches(mb, algo.micro_batch_tokens, shared_prefix_len(mb)):
+        st_mb: dict[str, float] = {"update/idle_rows": 1 - len(run) / len(mb)} if skip_idle else {}
+        if not run:  # a zero gradient, as the forward would have given: the optimizer still steps (momentum)
+            for p in params:
+                p.grad = torch.zeros_like(p)
+        for chunk in micro_batches(run, algo.micro_batch_tokens, shared_prefix_len(run)) if run else []:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
             P = shared_prefix_len(chunk)
             logp, ent, values = policy.forward_rows(
@@ -64,7 +77,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                 dual_clip=algo.dual_clip,
             )
             st = {k: float(v) for k, v in st.items()}
-            st["loss/policy"] = float(loss.detach())
+            policy_loss = float(loss.detach())
             st["entropy"] = float(ent.mean())
             if algo.kl_coef > 0:
                 with torch.no_grad(), policy.reference():
@@ -75,8 +88,8 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                 loss = loss + algo.kl_coef * kl
                 st["kl"] = float(kl.detach())
             w = logp.numel() / n_tokens
+            weighted = [(w, {"loss/policy": policy_loss}), (logp.numel() / n_run, st)]
             loss = loss * w
-            weighted = [(w, st)]
             if critic:
                 vloss, vst = value_loss(values, b["old_values"], b["returns"], clip=vf_clip)
                 wv = values.numel() / max(n_turns, 1)  # turn-mean across micro-batches
