@@ -31,10 +31,13 @@ def _without_dedupe(generate):
     return lambda *args, **kwargs: generate(*args, **{**kwargs, "dedupe": False})
 
 
-def step_batch(description: str):
-    """The command line both step benchmarks share (this one and ``bench_microbatch.py``), and one training step's
-    batch ready to play: ``(args, cfg, policy, env_cls, builder, episodes)``."""
+def step_batch(description: str, add_arguments=None):
+    """The command line the step benchmarks share (this one, ``bench_microbatch.py`` and ``bench_kv_cache.py``,
+    whose own options ``add_arguments(parser)`` adds), and one training step's batch ready to play:
+    ``(args, cfg, policy, env_cls, builder, episodes)``."""
     ap = argparse.ArgumentParser(description=description)
+    if add_arguments is not None:
+        add_arguments(ap)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2)

@@ -18,7 +18,6 @@ two caches produced the same tokens and log-probs (they must: the numbers in the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 
@@ -26,13 +25,12 @@ import torch
 from transformers import DynamicCache
 
 import selfevolve.models.generation as generation
+from bench_dedupe import step_batch
 from bench_rollout import instrumented, run_engine
-from selfevolve.config import load_config
-from selfevolve.envs import ENVS, make_env
-from selfevolve.rollout.collect import play_episodes, step_episodes
+from selfevolve.envs import make_env
+from selfevolve.rollout.collect import play_episodes
 from selfevolve.rollout.runner import RolloutStats
-from selfevolve.tasks.source import SeedTasks, eval_tasks
-from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+from selfevolve.tasks.source import eval_tasks
 
 CACHES = {"dynamic": DynamicCache, "growing": generation.GrowingCache}
 
@@ -57,27 +55,16 @@ def max_logprob_gap(a, b) -> float:
     return max((abs(x - y) for ea, eb in zip(a, b) for sa, sb in zip(ea, eb) for x, y in zip(sa, sb)), default=0.0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def own_arguments(ap) -> None:
     ap.add_argument("--workloads", nargs="+", default=["engine", "step"], choices=["engine", "step"])
     ap.add_argument("--episodes", type=int, default=32, help="engine: greedy episodes on held-out maps")
-    ap.add_argument("--tasks", type=int, default=4, help="step: tasks of the training batch")
-    ap.add_argument("--group-size", type=int, default=8, help="step: rollouts per task")
-    ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--init-from", default=None, help="a run or checkpoint folder whose adapter to load")
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = load_config(overrides=[f"model.init_from={args.init_from}"] if args.init_from else [])
-    policy = build_policy(cfg)
-    load_init_adapter(cfg, policy)
-    env_cls = ENVS[cfg.env.name]
+
+
+def main() -> None:
+    args, cfg, policy, env_cls, builder, step_set = step_batch(__doc__.split("\n\n")[0], own_arguments)
     env_opts = cfg.env.options()
-    probe = make_env(env_cls, **env_opts)
-    builder = build_prompt(cfg, policy, probe)
+    max_turns = make_env(env_cls, **env_opts).max_turns
     eval_set = eval_tasks(cfg.env.name, args.episodes, 1_000_000)
-    step_set = step_episodes(SeedTasks(cfg.env.name, seed=0).next(args.tasks), args.group_size, step=1)
     run_engine(policy, builder, eval_set[:2], env_cls, env_opts, 1, True)  # first-call costs, untimed
 
     summary = []
@@ -91,7 +78,7 @@ def main() -> None:
                     if work == "engine":
                         with instrumented(policy, builder, True) as prof:
                             _, trajs, _ = run_engine(policy, builder, eval_set, env_cls, env_opts,
-                                                     probe.max_turns, True)
+                                                     max_turns, True)
                         phases[name] = (prof["buckets"]["decode"], prof["buckets"]["prefill"])
                     else:
                         trajs = play_episodes(policy, builder, env_cls, env_opts, step_set, run_seed=0, step=1,
