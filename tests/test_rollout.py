@@ -407,7 +407,8 @@ def test_rows_with_zero_advantage_are_not_run_and_the_update_is_unchanged(policy
     algo = load_config(overrides=["algo.max_grad_norm=1e9"]).algo  # no clipping: the two steps must scale
     seen = []
     forward_rows = policy.forward_rows
-    monkeypatch.setattr(policy, "forward_rows", lambda ids, *a, **k: seen.append(len(ids)) or forward_rows(ids, *a, **k))
+    monkeypatch.setattr(policy, "forward_rows",
+                        lambda ids, *a, **k: seen.append(len(ids)) or forward_rows(ids, *a, **k))
     state = {k: v.clone() for k, v in policy.adapter_state().items()}
     after = []
     for train_rows, lr in ((rows, 0.1), (live, 0.1 * n_run / n_all)):

@@ -22,6 +22,7 @@ from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.generation import Generation, KVState, extend_cache, generate, read_values
+from selfevolve.models.prefix_sharing import encode_rows
 from selfevolve.models.value_head import ValueHead
 
 VALUE_PREFIX = "value_head."
@@ -182,6 +183,7 @@ class Policy:
         loss_mask: torch.Tensor,
         with_entropy: bool = False,
         prefix_len: int = 0,
+        openings: list[int] | None = None,
     ):
         """Log-probs of ``input_ids`` at the positions where ``loss_mask`` is 1, as a flat vector.
 
@@ -191,9 +193,10 @@ class Policy:
         ``prefix_len``: the first ``prefix_len`` tokens are the same in every row and carry no loss (the system
         prompt and few-shot turns). They are encoded once and their keys/values shared by all rows — gradients
         flow back through the sharing, so the result equals the plain computation at a fraction of the cost.
+        ``openings``: as in :meth:`forward_rows`.
         """
         logp, entropy, _ = self.forward_rows(input_ids, attention_mask, loss_mask, with_entropy=with_entropy,
-                                             prefix_len=prefix_len)
+                                             prefix_len=prefix_len, openings=openings)
         return logp, entropy
 
     def forward_rows(
@@ -205,33 +208,29 @@ class Policy:
         value_mask: torch.Tensor | None = None,
         with_entropy: bool = False,
         prefix_len: int = 0,
+        openings: list[int] | None = None,
     ):
         """One forward of the body for both roles: ``(logprobs, entropy, values)``.
 
         Actor: as :meth:`action_logprobs` (``loss_mask`` None skips it). Critic: ``values`` [m] is the value head
         on the hidden state of every position where ``value_mask`` is 1, in the order of
         ``value_mask.nonzero()`` (None if no mask is given or no head is attached).
+
+        ``openings``: per row, the length of the beginning it shares with the other rows of its task (its first
+        prompt, ``samples.opening_len``): encoded once per distinct opening (``models/prefix_sharing.py``).
         """
         body, head = self._body_and_head()
-        P = prefix_len
-        if P > 0 and input_ids.shape[0] > 1:
-            if loss_mask is not None:
-                assert not loss_mask[:, : P + 1].any(), "the shared prefix must carry no loss"
-            if value_mask is not None:
-                assert not value_mask[:, :P].any(), "the shared prefix must carry no value position"
-            cache = DynamicCache()
-            with_cache = cache_kwargs(body, cache)
-            body(input_ids=input_ids[:1, :P], **with_cache, use_cache=True)
-            cache.batch_repeat_interleave(input_ids.shape[0])
-            rest = input_ids[:, P:]
-            positions = torch.arange(P, input_ids.shape[1], device=input_ids.device)[None].expand_as(rest)
-            hidden = body(input_ids=rest, attention_mask=attention_mask, position_ids=positions,
-                          **with_cache, use_cache=True).last_hidden_state
-            input_ids = rest
-            loss_mask = loss_mask[:, P:] if loss_mask is not None else None
-            value_mask = value_mask[:, P:] if value_mask is not None else None
-        else:
-            hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, openings)
+        # A loss token is predicted from the hidden state before it, a value read at its own position: both must
+        # come from the row's own part (its first column is ``columns[:, 0]``), after the shared beginning.
+        col = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        if loss_mask is not None:
+            assert not (loss_mask.bool() & (col <= columns[:, :1])).any(), "a shared beginning must carry no loss"
+            loss_mask = loss_mask.gather(1, columns) * real
+        if value_mask is not None:
+            assert not (value_mask.bool() & (col < columns[:, :1])).any(), "a shared beginning must carry no value"
+            value_mask = value_mask.gather(1, columns) * real
+        input_ids = input_ids.gather(1, columns)  # the own parts, as the hidden states are laid out
         values = None
         if value_mask is not None and self.value_head is not None:
             values = self.value_head(hidden[value_mask.bool()])

@@ -126,13 +126,16 @@ def minibatch_schedule(items: list, algo, rng):
             yield order[m::n_mb]
 
 
-def micro_batches(rows: list, max_tokens: int, shared: int = 0) -> list[list]:
-    """Split rows (sorted by length, to waste little padding) into chunks of at most ``max_tokens`` padded tokens.
+def micro_batches(rows: list, max_tokens: int, shared: int = 0, grouped: bool = False) -> list[list]:
+    """Split rows into chunks of at most ``max_tokens`` padded tokens (one row alone may exceed it).
 
     ``shared``: the length of a prefix every row starts with, which the forward encodes once per chunk
-    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens: a chunk costs its
-    padded tokens less the prefix it shares, so more chunks waste less padding but encode the prefix more often.
-    An exact dynamic programme over the sorted rows. Without it, chunks are filled greedily.
+    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens
+    (:func:`encoded_tokens`): more chunks waste less padding but encode the prefix more often. An exact dynamic
+    programme over contiguous runs of the rows sorted by length — and, with ``grouped`` (each distinct opening
+    encoded once per chunk, :func:`opening_len`), also over the rows sorted by opening, then length, so that a
+    task's rollouts can share a chunk; the cheaper of the two splits is taken. Without ``shared``, chunks are
+    filled greedily by length.
     """
     order = sorted(rows, key=len)
     if shared <= 0:
@@ -145,23 +148,73 @@ def micro_batches(rows: list, max_tokens: int, shared: int = 0) -> list[list]:
             cur.append(r)
             cur_max = new_max
         return chunks + [cur] if cur else chunks
+    orders = [order]
+    if grouped:
+        first: dict = {}
+        for r in rows:
+            first.setdefault(opening_key(r, shared), len(first))
+        orders.append(sorted(rows, key=lambda r: (first[opening_key(r, shared)], len(r))))
+    splits = [_fewest_tokens(o, max_tokens, shared, grouped) for o in orders]
+    return min(splits, key=lambda s: s[0])[1]
+
+
+def _fewest_tokens(order: list, max_tokens: int, shared: int, grouped: bool) -> tuple[int, list[list]]:
+    """The split of ``order`` into contiguous chunks that encodes the fewest tokens: ``(tokens, chunks)``."""
     n = len(order)
+    opens = [opening_len(r) for r in order] if grouped else [shared] * n
+    keys = [opening_key(r, shared) for r in order] if grouped else [()] * n
     # best[j]: the fewest tokens that encode order[:j]; cut[j]: where the last chunk of that split starts
     best, cut = [0] + [float("inf")] * n, [0] * (n + 1)
     for j in range(1, n + 1):
-        longest = len(order[j - 1])
-        for i in range(j - 1, -1, -1):
+        longest = longest_open = longest_own = 0
+        distinct: set = set()
+        for i in range(j - 1, -1, -1):  # the chunk order[i:j], grown to the left
             k = j - i
+            longest = max(longest, len(order[i]))
             if k > 1 and longest * k > max_tokens:
                 break
-            cost = best[i] + ((longest - shared) * k + shared if k > 1 else longest)
+            longest_open, longest_own = max(longest_open, opens[i]), max(longest_own, len(order[i]) - opens[i])
+            distinct.add(keys[i])
+            cost = best[i] + _chunk_tokens(k, longest, shared, len(distinct), longest_open, longest_own)
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     chunks, j = [], n
     while j > 0:
         chunks.append(order[cut[j]:j])
         j = cut[j]
-    return chunks[::-1]
+    return best[n], chunks[::-1]
+
+
+def _chunk_tokens(k: int, longest: int, shared: int, groups: int, longest_open: int, longest_own: int) -> int:
+    """The tokens one forward of a chunk of ``k`` rows encodes (``models/prefix_sharing.py``), padding included.
+
+    A single row: its length. With a shared prefix P: P once, then every row padded to the longest, from P on.
+    When some of its rows share an opening (``groups`` < k distinct ones, longer than P): P once, each distinct
+    opening padded to the longest (from P), and every row's own part padded to the longest own part."""
+    if k == 1:
+        return longest
+    if groups == k or longest_open <= shared:
+        return shared + k * (longest - shared)
+    return shared + groups * (longest_open - shared) + k * longest_own
+
+
+def encoded_tokens(chunk: list, shared: int, grouped: bool = False) -> int:
+    """The tokens one forward of ``chunk`` encodes with ``shared`` prefix tokens (and openings when ``grouped``)."""
+    opens = [opening_len(r) if grouped else shared for r in chunk]
+    return _chunk_tokens(len(chunk), max(map(len, chunk)), shared,
+                         len({opening_key(r, shared) for r in chunk}) if grouped else len(chunk),
+                         max(opens), max(len(r) - o for r, o in zip(chunk, opens)))
+
+
+def opening_len(row: Row) -> int:
+    """How far a row can share its beginning with the other rollouts of its task: its ids up to the predictor
+    of its first generated token (the first prompt less its last token), which carry no loss."""
+    first = row.mask.index(1) if 1 in row.mask else len(row.ids)
+    return max(first - 1, 0)
+
+
+def opening_key(row: Row, shared: int) -> tuple[int, ...]:
+    return tuple(row.ids[shared:opening_len(row)])
 
 
 def shared_prefix_len(rows: list[Row]) -> int:

@@ -12,7 +12,8 @@ A row whose every advantage is 0 (a GRPO/RLOO group whose rollouts all scored th
 clipped surrogate and to its gradient. Without a KL term or a critic, that is all the loss it carries, so such
 rows are not run through the model at all: they still count in the token-mean's denominator, so the loss and
 the gradient are those of the whole minibatch (``update/idle_rows`` reports the fraction left out). The
-diagnostics (entropy, clip fractions, ratio) are then means over the rows that were run.
+diagnostics (entropy, clip fractions, ratio) are then means over the rows that were run, and absent from a step
+whose rows were all idle (its loss is logged: exactly 0).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
-from selfevolve.train.samples import Row, collate, micro_batches, minibatch_schedule, shared_prefix_len
+from selfevolve.train.samples import (Row, collate, micro_batches, minibatch_schedule, opening_len,
+                                      shared_prefix_len)
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
@@ -52,12 +54,13 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
         if not run:  # a zero gradient, as the forward would have given: the optimizer still steps (momentum)
             for p in params:
                 p.grad = torch.zeros_like(p)
-        for chunk in micro_batches(run, algo.micro_batch_tokens, shared_prefix_len(run)) if run else []:
+            st_mb["loss/policy"] = 0.0
+        for chunk in micro_batches(run, algo.micro_batch_tokens, shared_prefix_len(run), grouped=True) if run else []:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
-            P = shared_prefix_len(chunk)
+            P, openings = shared_prefix_len(chunk), [opening_len(r) for r in chunk]
             logp, ent, values = policy.forward_rows(
                 b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
-                value_mask=b["value_mask"] if critic else None,
+                openings=openings, value_mask=b["value_mask"] if critic else None,
             )
             if objective == "nll":
                 loss = -logp.mean()
@@ -80,9 +83,11 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
             policy_loss = float(loss.detach())
             st["entropy"] = float(ent.mean())
             if algo.kl_coef > 0:
+                # encoded exactly as the policy's log-probs are: at the reference itself the KL and its gradient
+                # are then exactly 0, where float noise between two encodings would be amplified by Adam
                 with torch.no_grad(), policy.reference():
                     ref, _ = policy.action_logprobs(
-                        b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P
+                        b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, openings=openings
                     )
                 kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                 loss = loss + algo.kl_coef * kl
@@ -116,11 +121,11 @@ def compute_values(policy, rows: list[Row], micro_batch_tokens: int) -> list[lis
     policy.model.eval()
     out: dict[int, list[float]] = {}
     index = {id(r): k for k, r in enumerate(rows)}
-    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows)):
+    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows), grouped=True):
         b = collate(chunk, policy.pad_id, policy.device)
         P = shared_prefix_len(chunk)  # stops before the first reply's predictor = the first value position
-        _, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], None,
-                                           value_mask=b["value_mask"], prefix_len=P)
+        _, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], None, value_mask=b["value_mask"],
+                                           prefix_len=P, openings=[opening_len(r) for r in chunk])
         vals = values.float().cpu().tolist()
         k = 0
         for r in chunk:
