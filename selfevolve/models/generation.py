@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
 from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.kv_cache import GrowingCache
 
@@ -216,7 +217,7 @@ def generate(
 
     # The last position by index, not ``logits_to_keep=1``: the slice [:, -1:] of a longer input is a strided
     # view, for which torch's matmul runs the head as one matrix-vector product per row (a 49k x 576 weight
-    # read B times, ~7x slower on the CPU); indexing copies the B hidden states into one matrix product.
+    # read B times: 157 ms against 26 ms for 32 rows on a 2-core CPU); indexing copies the B hidden states into one matrix product.
     last = torch.tensor([ids.shape[1] - 1], device=device)
     logits = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True,
