@@ -216,8 +216,9 @@ def generate(
     with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below
 
     # The last position by index, not ``logits_to_keep=1``: the slice [:, -1:] of a longer input is a strided
-    # view, for which torch's matmul runs the head as one matrix-vector product per row (a 49k x 576 weight
-    # read B times: 157 ms against 26 ms for 32 rows on a 2-core CPU); indexing copies the B hidden states into one matrix product.
+    # view, for which torch's matmul runs the head as one matrix-vector product per row (a 49k x 576 weight read
+    # B times: 157 ms against 26 ms for 32 rows on a 2-core CPU); indexing copies the B hidden states into one
+    # matrix product.
     last = torch.tensor([ids.shape[1] - 1], device=device)
     logits = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True,
