@@ -378,13 +378,17 @@ def test_grouped_attention_reads_the_key_value_heads_without_copies_and_changes_
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(runs["0"][1], runs["1"][1]))
     policy.model.zero_grad(set_to_none=True)
     monkeypatch.setenv(SDPA_GQA_ENV, "0")
-    prefer_grouped_attention("cpu")
-    assert os.environ[SDPA_GQA_ENV] == "0"  # a value the user set is kept
+    for device in ("cpu", "cuda"):
+        prefer_grouped_attention(device)
+        assert os.environ[SDPA_GQA_ENV] == "0"  # a value the user set is kept, whatever the device
     monkeypatch.delenv(SDPA_GQA_ENV)
     prefer_grouped_attention("cuda")
     assert SDPA_GQA_ENV not in os.environ  # not on CUDA: masked grouped heads would leave the fused kernels
     prefer_grouped_attention("cpu")
     assert os.environ[SDPA_GQA_ENV] == "1"
+    prefer_grouped_attention("cuda")  # a CUDA model loaded later in the same process takes ours back
+    assert SDPA_GQA_ENV not in os.environ
+    prefer_grouped_attention("cpu")
 
 
 def test_rows_with_zero_advantage_are_not_run_and_the_update_is_unchanged(policy, monkeypatch):

@@ -35,6 +35,7 @@ def cache_kwargs(module, cache) -> dict:
 
 
 SDPA_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
+_set_here = False  # whether this process's value of SDPA_GQA_ENV is ours (not the user's)
 
 
 def prefer_grouped_attention(device) -> None:
@@ -45,8 +46,16 @@ def prefer_grouped_attention(device) -> None:
     the whole cache per layer for SmolLM2's 9 query and 3 key/value heads). torch's CPU flash kernel takes a mask
     and grouped heads together, with the same outputs (tested), so the copies and, in the update, their backward
     are saved: 0.96x an update micro-batch's forward and backward (docs/benchmarks.md). transformers reads this
-    switch at every attention call. Not on CUDA, where a mask with grouped heads would make torch fall back from
-    the fused kernels to the plain one; a value the user set is kept.
+    switch, an environment variable of the process, at every attention call. A value the user set is kept. On
+    CUDA a mask with grouped heads would make torch fall back from the fused kernels to the plain one, so a model
+    loaded onto CUDA takes back the value this function set.
     """
+    global _set_here
     if torch.device(device).type == "cpu":
-        os.environ.setdefault(SDPA_GQA_ENV, "1")
+        if SDPA_GQA_ENV not in os.environ:
+            os.environ[SDPA_GQA_ENV] = "1"
+            _set_here = True
+    elif _set_here:
+        if os.environ.get(SDPA_GQA_ENV) == "1":  # still ours: not changed since
+            del os.environ[SDPA_GQA_ENV]
+        _set_here = False
