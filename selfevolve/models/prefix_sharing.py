@@ -18,7 +18,7 @@ from transformers import DynamicCache
 from selfevolve.models.compat import cache_kwargs
 
 
-def _groups(input_ids: torch.Tensor, prefix_len: int, openings: list[int]) -> list[int]:
+def opening_groups(input_ids: torch.Tensor, prefix_len: int, openings: list[int]) -> list[int]:
     """Per row, the index of its group: rows whose opening (the ids from ``prefix_len`` to its opening length)
     is the same, in order of first appearance."""
     slot: dict[tuple[int, ...], int] = {}
@@ -45,7 +45,7 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     if P == 0:
         columns = torch.arange(L, device=device).expand(B, L)
         return body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, columns, attention_mask > 0
-    group = _groups(input_ids, P, openings) if openings is not None and max(openings) > P else None
+    group = opening_groups(input_ids, P, openings) if openings is not None and max(openings) > P else None
     if group is not None and len(set(group)) == B:
         group = None  # nothing shared beyond the prefix
     cache = DynamicCache()
