@@ -1,7 +1,7 @@
 """How the update splits and encodes a batch: micro-batches filled greedily by length; the split that encodes the
-fewest tokens with the prefix every row shares encoded once (``micro_batches(..., shared=...)``); or that, with
-each task's opening (its first prompt, the same in all its rollouts) also encoded once per micro-batch
-(``grouped=True`` and ``forward_rows(..., openings=...)``, the update's default)?
+fewest tokens with the prefix every row shares encoded once (``micro_batches(..., shared=...)``); or the rows of
+each micro-batch encoded as a tree of their turns, every distinct beginning once (``grouped=True`` and
+``forward_rows(..., cuts=...)``, the update's default)?
 
 One training step's rows, real ones: a step's batch (``--tasks`` × ``--group-size`` sampled episodes, as the trainer
 seeds them) played by the policy (``--init-from``: a trained adapter, whose episodes are as long as a run's), turned
@@ -22,7 +22,7 @@ import torch
 
 from bench_dedupe import step_batch
 from selfevolve.rollout.collect import play_episodes
-from selfevolve.train.samples import build_rows, collate, encoded_tokens, micro_batches, opening_len, shared_prefix_len
+from selfevolve.train.samples import build_rows, collate, encoded_tokens, micro_batches, shared_prefix_len, turn_cuts
 
 
 def encoded(chunks, grouped: bool = False) -> int:
@@ -39,7 +39,7 @@ def main() -> None:
     P = shared_prefix_len(rows)
     ways = {"greedy": (micro_batches(rows, cfg.algo.micro_batch_tokens), False),
             "fewest tokens": (micro_batches(rows, cfg.algo.micro_batch_tokens, P), False),
-            "+ openings": (micro_batches(rows, cfg.algo.micro_batch_tokens, P, grouped=True), True)}
+            "turn tree": (micro_batches(rows, cfg.algo.micro_batch_tokens, P, grouped=True), True)}
     params = policy.trainable_parameters()
     policy.model.eval()
     times = {k: [] for k in ways}
@@ -53,7 +53,7 @@ def main() -> None:
                 b = collate(chunk, policy.pad_id, policy.device)
                 logp, _, _ = policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True,
                                                  prefix_len=shared_prefix_len(chunk),
-                                                 openings=[opening_len(r) for r in chunk] if grouped else None)
+                                                 cuts=[turn_cuts(r) for r in chunk] if grouped else None)
                 (-(logp * b["advantages"]).sum() / n_tokens).backward()
             times[name].append(time.perf_counter() - t)
             grads[name] = torch.cat([p.grad.flatten() for p in params])

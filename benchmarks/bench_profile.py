@@ -17,8 +17,8 @@ is replaced). The run is the trainer's own loop, unchanged; the profile wraps it
   expert episodes, the update's forward (`Policy.forward_rows`), backward, optimizer step, collation, and the
   update's own work (loss, statistics).
 
-It also counts the tokens each kind of forward processes (real tokens, the update's shared prefix and each task's
-opening once a micro-batch, as they are encoded), and turns them into GFLOP/s as
+It also counts the tokens each kind of forward processes (real tokens; in the update the shared prefix and every
+distinct turn of a micro-batch's tree once, as they are encoded), and turns them into GFLOP/s as
 `bench_rollout.py` does (2 · N_body per token fed, 2 · N_head per token whose logits are computed; attention
 and LoRA left out). The backward is counted as the same 2 · N_body per token: the base weights are frozen, so
 it computes activation gradients only (plus LoRA's, left out). The fraction is of the machine's compute limit
@@ -51,7 +51,7 @@ import selfevolve.train.trainer as trainer_mod
 import selfevolve.train.update as update_mod
 from bench_rollout import measured_limit, param_counts
 from selfevolve.config import load_config
-from selfevolve.models.prefix_sharing import opening_groups
+from selfevolve.models.prefix_sharing import segment_tree
 from selfevolve.train.metrics import MetricsLogger
 
 # region -> the phase it opens (a second is charged to the innermost phase it falls in)
@@ -153,17 +153,13 @@ def instrument(trainer, regions: Regions) -> ExitStack:
     forward_rows = r.wrap(policy.forward_rows, "update forward")
 
     def counted_forward_rows(input_ids, attention_mask, loss_mask, **kw):
-        # the shared prefix is encoded once for all rows, and each task's opening once for its rows
-        # (Policy.forward_rows, models/prefix_sharing.py)
+        # the shared prefix is encoded once for all rows, and with turn cuts every distinct segment of the rows'
+        # tree once (Policy.forward_rows, models/prefix_sharing.py); real tokens, padding not counted
         P = kw.get("prefix_len", 0) if input_ids.shape[0] > 1 else 0
         fed = int(attention_mask.sum()) - (input_ids.shape[0] - 1) * P
-        openings = kw.get("openings")
-        if P and openings is not None:
-            group = opening_groups(input_ids, P, openings)
-            seen = set()
-            for g, o in zip(group, openings):  # every row of a group but its first reuses the group's opening
-                fed -= (o - P) if g in seen else 0
-                seen.add(g)
+        if P and kw.get("cuts") is not None:
+            levels, _ = segment_tree(input_ids.tolist(), attention_mask.sum(1).tolist(), P, kw["cuts"])
+            fed = P + sum(n.end - n.start for nodes in levels for n in nodes)
         heads = int(loss_mask[:, 1:].sum()) if loss_mask is not None else 0
         for kind in ("update forward", "backward") if torch.is_grad_enabled() else ("update forward",):
             r.tokens[kind] += fed

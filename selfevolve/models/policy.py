@@ -183,7 +183,7 @@ class Policy:
         loss_mask: torch.Tensor,
         with_entropy: bool = False,
         prefix_len: int = 0,
-        openings: list[int] | None = None,
+        cuts: list[list[int]] | None = None,
     ):
         """Log-probs of ``input_ids`` at the positions where ``loss_mask`` is 1, as a flat vector.
 
@@ -193,10 +193,10 @@ class Policy:
         ``prefix_len``: the first ``prefix_len`` tokens are the same in every row and carry no loss (the system
         prompt and few-shot turns). They are encoded once and their keys/values shared by all rows — gradients
         flow back through the sharing, so the result equals the plain computation at a fraction of the cost.
-        ``openings``: as in :meth:`forward_rows`.
+        ``cuts``: as in :meth:`forward_rows`.
         """
         logp, entropy, _ = self.forward_rows(input_ids, attention_mask, loss_mask, with_entropy=with_entropy,
-                                             prefix_len=prefix_len, openings=openings)
+                                             prefix_len=prefix_len, cuts=cuts)
         return logp, entropy
 
     def forward_rows(
@@ -208,7 +208,7 @@ class Policy:
         value_mask: torch.Tensor | None = None,
         with_entropy: bool = False,
         prefix_len: int = 0,
-        openings: list[int] | None = None,
+        cuts: list[list[int]] | None = None,
     ):
         """One forward of the body for both roles: ``(logprobs, entropy, values)``.
 
@@ -216,19 +216,19 @@ class Policy:
         on the hidden state of every position where ``value_mask`` is 1, in the order of
         ``value_mask.nonzero()`` (None if no mask is given or no head is attached).
 
-        ``openings``: per row, the length of the beginning it shares with the other rows of its task (its first
-        prompt, ``samples.opening_len``): encoded once per distinct opening (``models/prefix_sharing.py``).
+        ``cuts``: per row, the positions where its turns' segments begin (``samples.turn_cuts``): rows are then
+        encoded as a tree, each distinct beginning once (``models/prefix_sharing.py``).
         """
         body, head = self._body_and_head()
-        hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, openings)
+        hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, cuts)
         # A loss token is predicted from the hidden state before it, a value read at its own position: both must
-        # come from the row's own part (its first column is ``columns[:, 0]``), after the shared beginning.
+        # come after the shared prefix (``columns[:, 0]`` is its length).
         col = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         if loss_mask is not None:
-            assert not (loss_mask.bool() & (col <= columns[:, :1])).any(), "a shared beginning must carry no loss"
+            assert not (loss_mask.bool() & (col <= columns[:, :1])).any(), "the shared prefix must carry no loss"
             loss_mask = loss_mask.gather(1, columns) * real
         if value_mask is not None:
-            assert not (value_mask.bool() & (col < columns[:, :1])).any(), "a shared beginning must carry no value"
+            assert not (value_mask.bool() & (col < columns[:, :1])).any(), "the shared prefix must carry no value"
             value_mask = value_mask.gather(1, columns) * real
         input_ids = input_ids.gather(1, columns)  # the own parts, as the hidden states are laid out
         values = None

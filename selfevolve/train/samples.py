@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from selfevolve.models.policy import common_prefix
+from selfevolve.models.prefix_sharing import segment_tree
 from selfevolve.types import Trajectory
 
 
@@ -127,15 +128,15 @@ def minibatch_schedule(items: list, algo, rng):
 
 
 def micro_batches(rows: list, max_tokens: int, shared: int = 0, grouped: bool = False) -> list[list]:
-    """Split rows into chunks of at most ``max_tokens`` padded tokens (one row alone may exceed it).
+    """Split rows into chunks of at most ``max_tokens`` tokens (one row alone may exceed it).
 
     ``shared``: the length of a prefix every row starts with, which the forward encodes once per chunk
-    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens
-    (:func:`encoded_tokens`): more chunks waste less padding but encode the prefix more often. An exact dynamic
-    programme over contiguous runs of the rows sorted by length — and, with ``grouped`` (each distinct opening
-    encoded once per chunk, :func:`opening_len`), also over the rows sorted by opening, then length, so that a
-    task's rollouts can share a chunk; the cheaper of the two splits is taken. Without ``shared``, chunks are
-    filled greedily by length.
+    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens, padding included
+    (:func:`encoded_tokens`): an exact dynamic programme over contiguous runs of the rows sorted by length, each
+    chunk at most ``max_tokens`` padded tokens. With ``grouped`` the forward encodes each chunk as a tree of its
+    rows' turns (``models/prefix_sharing.py``, :func:`turn_cuts`), and the bound is on the tokens that tree
+    encodes; the rows are then also tried in the order of their ids, which puts rows that share turns side by side,
+    and the cheaper of the two splits is taken. Without ``shared``, chunks are filled greedily by length.
     """
     order = sorted(rows, key=len)
     if shared <= 0:
@@ -148,36 +149,88 @@ def micro_batches(rows: list, max_tokens: int, shared: int = 0, grouped: bool = 
             cur.append(r)
             cur_max = new_max
         return chunks + [cur] if cur else chunks
-    orders = [order]
-    if grouped:
-        first: dict = {}
-        for r in rows:
-            first.setdefault(opening_key(r, shared), len(first))
-        orders.append(sorted(rows, key=lambda r: (first[opening_key(r, shared)], len(r))))
-    splits = [_fewest_tokens(o, max_tokens, shared, grouped) for o in orders]
+    if not grouped:
+        return _fewest_tokens(order, max_tokens, lambda: _PaddedChunk(shared))[1]
+    paths = _tree_paths(rows, shared)
+    splits = [_fewest_tokens(o, max_tokens, lambda: _TreeChunk(shared, paths))
+              for o in (order, sorted(rows, key=lambda r: r.ids))]
     return min(splits, key=lambda s: s[0])[1]
 
 
-def _fewest_tokens(order: list, max_tokens: int, shared: int, grouped: bool) -> tuple[int, list[list]]:
-    """The split of ``order`` into contiguous chunks that encodes the fewest tokens: ``(tokens, chunks)``."""
+class _PaddedChunk:
+    """A chunk's tokens as it grows by one row at a time: the shared prefix once, every row padded to the longest
+    from there on (one row: its length)."""
+
+    def __init__(self, shared: int):
+        self.shared, self.k, self.longest = shared, 0, 0
+
+    def add(self, row) -> tuple[int, int]:
+        """``(tokens encoded, tokens bounded)``: the bound is on the padded tokens, prefix included."""
+        self.k, self.longest = self.k + 1, max(self.longest, len(row))
+        tokens = self.longest if self.k == 1 else self.shared + self.k * (self.longest - self.shared)
+        return tokens, self.k * self.longest
+
+
+# Memory of a tree-encoded chunk, beyond its tokens' activations: every level keeps, for the backward, its nodes'
+# keys and values over all their ancestors' positions. For SmolLM2-135M a cached position takes 46 KB (30 layers
+# x keys and values x 3 heads x 64), an encoded token's activations 1.5-2 MB, so 16 positions are counted as one
+# token: a conservative bound (measured: one chunk of a FrozenLake step, 2,967 tokens, 4.5 GB above the model).
+POSITIONS_PER_TOKEN = 16
+
+
+class _TreeChunk:
+    """A chunk's tokens as a tree (``prefix_sharing.tree_tokens``) as it grows by one row at a time: the prefix once,
+    then per level its distinct nodes, padded to the level's longest segment (one row: its length)."""
+
+    def __init__(self, shared: int, paths: dict):
+        self.shared, self.paths, self.k, self.first = shared, paths, 0, 0
+        self.nodes: list[set] = []
+        self.longest: list[int] = []
+
+    def add(self, row) -> tuple[int, int]:
+        """``(tokens encoded, tokens bounded)``. The bound also counts the key/value positions the tree's levels
+        hold for the backward (each node a copy of its ancestors' columns), at ``POSITIONS_PER_TOKEN`` to a token."""
+        self.k += 1
+        if self.k == 1:
+            self.first = len(row)
+        for depth, (node, size) in enumerate(self.paths[id(row)]):
+            if depth == len(self.nodes):
+                self.nodes.append(set())
+                self.longest.append(0)
+            self.nodes[depth].add(node)
+            self.longest[depth] = max(self.longest[depth], size)
+        if self.k == 1:
+            return self.first, self.first
+        tokens = self.shared + sum(len(n) * s for n, s in zip(self.nodes, self.longest))
+        positions, width = 0, self.shared
+        for nodes, longest in zip(self.nodes, self.longest):
+            width += longest
+            positions += len(nodes) * width
+        return tokens, tokens + positions // POSITIONS_PER_TOKEN
+
+
+def _tree_paths(rows: list, shared: int) -> dict:
+    """Per row (by ``id``): its path through the tree of all ``rows``, as (node, segment length) per level; the
+    node ids are those of the whole tree, so any subset of rows counts its own distinct nodes."""
+    levels, path = segment_tree([r.ids for r in rows], [len(r) for r in rows], shared, [turn_cuts(r) for r in rows])
+    return {id(r): [((depth, k), levels[depth][k].end - levels[depth][k].start) for depth, k in enumerate(p)]
+            for r, p in zip(rows, path)}
+
+
+def _fewest_tokens(order: list, max_tokens: int, new_chunk) -> tuple[int, list[list]]:
+    """The split of ``order`` into contiguous chunks that encodes the fewest tokens, no chunk of more than one row
+    over ``max_tokens``: ``(tokens, chunks)``. ``new_chunk()`` counts a chunk's tokens as rows join it."""
     n = len(order)
-    opens = [opening_len(r) for r in order] if grouped else [shared] * n
-    keys = [opening_key(r, shared) for r in order] if grouped else [()] * n
     # best[j]: the fewest tokens that encode order[:j]; cut[j]: where the last chunk of that split starts
     best, cut = [0] + [float("inf")] * n, [0] * (n + 1)
     for j in range(1, n + 1):
-        longest = longest_open = longest_own = 0
-        distinct: set = set()
-        for i in range(j - 1, -1, -1):  # the chunk order[i:j], grown to the left
-            k = j - i
-            longest = max(longest, len(order[i]))
-            if k > 1 and longest * k > max_tokens:
+        chunk = new_chunk()
+        for i in range(j - 1, -1, -1):  # the chunk order[i:j], grown to the left: its tokens never shrink
+            tokens, bounded = chunk.add(order[i])
+            if j - i > 1 and bounded > max_tokens:
                 break
-            longest_open, longest_own = max(longest_open, opens[i]), max(longest_own, len(order[i]) - opens[i])
-            distinct.add(keys[i])
-            cost = best[i] + _chunk_tokens(k, longest, shared, len(distinct), longest_open, longest_own)
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
+            if best[i] + tokens < best[j]:
+                best[j], cut[j] = best[i] + tokens, i
     chunks, j = [], n
     while j > 0:
         chunks.append(order[cut[j]:j])
@@ -185,36 +238,24 @@ def _fewest_tokens(order: list, max_tokens: int, shared: int, grouped: bool) -> 
     return best[n], chunks[::-1]
 
 
-def _chunk_tokens(k: int, longest: int, shared: int, groups: int, longest_open: int, longest_own: int) -> int:
-    """The tokens one forward of a chunk of ``k`` rows encodes (``models/prefix_sharing.py``), padding included.
-
-    A single row: its length. With a shared prefix P: P once, then every row padded to the longest, from P on.
-    When some of its rows share an opening (``groups`` < k distinct ones, longer than P): P once, each distinct
-    opening padded to the longest (from P), and every row's own part padded to the longest own part."""
-    if k == 1:
-        return longest
-    if groups == k or longest_open <= shared:
-        return shared + k * (longest - shared)
-    return shared + groups * (longest_open - shared) + k * longest_own
-
-
 def encoded_tokens(chunk: list, shared: int, grouped: bool = False) -> int:
-    """The tokens one forward of ``chunk`` encodes with ``shared`` prefix tokens (and openings when ``grouped``)."""
-    opens = [opening_len(r) if grouped else shared for r in chunk]
-    return _chunk_tokens(len(chunk), max(map(len, chunk)), shared,
-                         len({opening_key(r, shared) for r in chunk}) if grouped else len(chunk),
-                         max(opens), max(len(r) - o for r, o in zip(chunk, opens)))
+    """The tokens one forward of ``chunk`` encodes with ``shared`` prefix tokens (as a tree of its rows' turns when
+    ``grouped``), padding included."""
+    count = _TreeChunk(shared, _tree_paths(chunk, shared)) if grouped else _PaddedChunk(shared)
+    tokens = 0
+    for row in chunk:
+        tokens, _ = count.add(row)
+    return tokens
 
 
-def opening_len(row: Row) -> int:
-    """How far a row can share its beginning with the other rollouts of its task: its ids up to the predictor
-    of its first generated token (the first prompt less its last token), which carry no loss."""
+def turn_cuts(row: Row) -> list[int]:
+    """Where a row's turns begin, as the tree of ``models/prefix_sharing.py`` cuts it: each turn's last prompt
+    token (``value_pos``), whose hidden state predicts the reply. A row without turns recorded: before the
+    predictor of its first generated token."""
+    if row.value_pos:
+        return list(row.value_pos)
     first = row.mask.index(1) if 1 in row.mask else len(row.ids)
-    return max(first - 1, 0)
-
-
-def opening_key(row: Row, shared: int) -> tuple[int, ...]:
-    return tuple(row.ids[shared:opening_len(row)])
+    return [max(first - 1, 0)]
 
 
 def shared_prefix_len(rows: list[Row]) -> int:

@@ -23,7 +23,7 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
-from selfevolve.train.samples import (Row, collate, micro_batches, minibatch_schedule, opening_len,
+from selfevolve.train.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
                                       shared_prefix_len)
 
 
@@ -57,10 +57,10 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
             st_mb["loss/policy"] = 0.0
         for chunk in micro_batches(run, algo.micro_batch_tokens, shared_prefix_len(run), grouped=True) if run else []:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
-            P, openings = shared_prefix_len(chunk), [opening_len(r) for r in chunk]
+            P, cuts = shared_prefix_len(chunk), [turn_cuts(r) for r in chunk]
             logp, ent, values = policy.forward_rows(
                 b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
-                openings=openings, value_mask=b["value_mask"] if critic else None,
+                cuts=cuts, value_mask=b["value_mask"] if critic else None,
             )
             if objective == "nll":
                 loss = -logp.mean()
@@ -87,7 +87,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
                 # are then exactly 0, where float noise between two encodings would be amplified by Adam
                 with torch.no_grad(), policy.reference():
                     ref, _ = policy.action_logprobs(
-                        b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, openings=openings
+                        b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts
                     )
                 kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                 loss = loss + algo.kl_coef * kl
@@ -125,7 +125,7 @@ def compute_values(policy, rows: list[Row], micro_batch_tokens: int) -> list[lis
         b = collate(chunk, policy.pad_id, policy.device)
         P = shared_prefix_len(chunk)  # stops before the first reply's predictor = the first value position
         _, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], None, value_mask=b["value_mask"],
-                                           prefix_len=P, openings=[opening_len(r) for r in chunk])
+                                           prefix_len=P, cuts=[turn_cuts(r) for r in chunk])
         vals = values.float().cpu().tolist()
         k = 0
         for r in chunk:
