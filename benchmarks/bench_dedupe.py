@@ -1,5 +1,6 @@
-"""A group's first turn: every rollout of a task starts from the same prompt. Does encoding it once per task
-instead of once per rollout pay, and does it change any sample?
+"""Prompts that several rollouts share: every rollout of a task starts from the same prompt, and rollouts that
+have made the same moves so far share their next prompt too. Does encoding such a prompt once instead of once per
+rollout pay, and does it change any sample?
 
 One training step's batch (``--tasks`` tasks × ``--group-size`` rollouts, sampled, each episode from its own
 stream as the trainer seeds it) through the trainer's own ``play_episodes``, with generation's ``dedupe`` on

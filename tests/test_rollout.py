@@ -86,6 +86,34 @@ def test_a_prompt_shared_by_several_rows_is_encoded_once(policy):
     assert cont[0].ids == cont[1].ids and cont[0].prompt_tokens == cont[1].prompt_tokens
 
 
+def test_rows_that_made_the_same_moves_encode_their_next_turn_once(policy):
+    """A later turn: rollouts of a task that have made the same moves so far have the same whole prompt and the
+    same cached history, so the new tokens are encoded once for them and the cache copied, with the same samples
+    and log-probs as encoding every row, and a following turn continues from every row's own cache."""
+    prefix = list(range(100, 140))
+    a, b = prefix + [7, 8, 9], prefix + [10]
+    first = generate(policy.model, [a, a, b, a], max_new_tokens=4, stop_ids={2}, pad_id=2, greedy=True,
+                     prefix_ids=prefix)
+    assert first.ids[0] == first.ids[1] == first.ids[3]  # greedy: the same moves
+    nxt = [s + [11, 12] for s in first.state.seqs]  # rows 0, 1 and 3 share their whole prompt
+    runs = {}
+    for dedupe in (True, False):
+        state = first.state.gather([0, 1, 2, 3])  # a copy: both runs start from the same caches
+        gens = [torch.Generator().manual_seed(i) for i in range(4)]
+        runs[dedupe] = generate(policy.model, nxt, max_new_tokens=5, stop_ids={2}, pad_id=2, generator=gens,
+                                state=state, dedupe=dedupe)
+    once, each = runs[True], runs[False]
+    assert (once.prompt_tokens, each.prompt_tokens) == (2 * 2, 4 * 2)  # two new tokens, two distinct prompts
+    assert once.ids == each.ids
+    for x, y in zip(once.logprobs, each.logprobs):
+        assert max(abs(u - v) for u, v in zip(x, y)) < 1e-5
+    assert once.state.seqs == each.state.seqs
+    third = [s + [13] for s in once.state.seqs]
+    cont = [generate(policy.model, third, max_new_tokens=3, stop_ids={2}, pad_id=2, greedy=True, state=r.state,
+                     dedupe=False) for r in (once, each)]
+    assert cont[0].ids == cont[1].ids and cont[0].prompt_tokens == cont[1].prompt_tokens == 4
+
+
 def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
     """transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40); older
     5.x releases know only the old name. The name is read from the model's signature, through peft's wrapper,

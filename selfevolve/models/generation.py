@@ -190,8 +190,9 @@ def generate(
       rows.
     - ``state``: the :class:`KVState` returned by the previous turn's call (``Generation.state``), restricted to
       the same rows. Used when every prompt extends what its row already has in the cache; otherwise ignored.
-    - ``dedupe``: without a usable ``state``, a prompt that several rows share (a group's first turn: every
-      rollout of a task starts from the same observation) is encoded once and its cache copied to those rows.
+    - ``dedupe``: a prompt that several rows share is encoded once and its cache copied to those rows: a group's
+      first turn (every rollout of a task starts from the same observation), and with a ``state`` the later turns
+      of rollouts that have made the same moves so far (the same whole prompt means the same cached history).
 
     ``generator``: one for the batch, or one per prompt (each row then samples from its own stream).
     """
@@ -203,11 +204,18 @@ def generate(
     B = len(prompts)
     fresh = state is None or not state.extends(prompts)
     encode, row_of = prompts, list(range(B))
-    if dedupe and fresh:
+    if dedupe:
         slot: dict[tuple[int, ...], int] = {}
         row_of = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
         if len(slot) < B:
             encode = [list(k) for k in slot]
+            if not fresh:
+                # Rows with the same whole prompt have the same history, hence the same cache (rollouts of a task
+                # that made the same moves so far): keep one row of each for the prefill.
+                first: dict[int, int] = {}
+                for i, k in enumerate(row_of):
+                    first.setdefault(k, i)
+                state = state.select([first[k] for k in range(len(slot))])
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(
