@@ -82,9 +82,13 @@ def test_rows_that_made_the_same_moves_encode_their_next_turn_once(policy):
     runs = {}
     for dedupe in (True, False):
         state = first.state.gather([0, 1, 2, 3])  # a copy: both runs start from the same caches
+        buffers = [layer._kbuf.data_ptr() for layer in state.cache.layers]
         gens = [torch.Generator().manual_seed(i) for i in range(4)]
         runs[dedupe] = generate(policy.model, nxt, max_new_tokens=5, stop_ids={2}, pad_id=2, generator=gens,
                                 state=state, dedupe=dedupe)
+        # every row's cache grew in place: only the new positions were written, the cache was not copied
+        assert runs[dedupe].state.cache is state.cache
+        assert [layer._kbuf.data_ptr() for layer in state.cache.layers] == buffers
     once, each = runs[True], runs[False]
     assert (once.prompt_tokens, each.prompt_tokens) == (2 * 2, 4 * 2)  # two new tokens, two distinct prompts
     assert once.ids == each.ids

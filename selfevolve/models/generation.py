@@ -166,6 +166,15 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
     return cache, ids, mask, positions, base_pos, lengths, encoded
 
 
+def _append_new_positions(every_row: GrowingCache, distinct: GrowingCache, rows: torch.Tensor) -> None:
+    """Append to each row of ``every_row`` the positions that ``distinct`` holds beyond it, taken from the row
+    ``rows[i]`` of ``distinct``: a prefill run on one row of each distinct prompt, copied to all rows. Only the new
+    positions are copied, into the spare room of each row's buffer."""
+    for whole, part in zip(every_row.layers, distinct.layers):
+        n = whole.keys.shape[-2]
+        whole.update(part.keys[:, :, n:].index_select(0, rows), part.values[:, :, n:].index_select(0, rows))
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -203,7 +212,7 @@ def generate(
     stop = torch.tensor(sorted(set(stop_ids)), device=device)
     B = len(prompts)
     fresh = state is None or not state.extends(prompts)
-    encode, row_of = prompts, list(range(B))
+    encode, row_of, every_row = prompts, list(range(B)), None
     if dedupe:
         slot: dict[tuple[int, ...], int] = {}
         row_of = [slot.setdefault(tuple(p), len(slot)) for p in prompts]
@@ -211,17 +220,17 @@ def generate(
             encode = [list(k) for k in slot]
             if not fresh:
                 # Rows with the same whole prompt have the same history, hence the same cache (rollouts of a task
-                # that made the same moves so far): keep one row of each for the prefill.
+                # that made the same moves so far): the prefill runs on a copy of one row of each, and only its
+                # new positions are copied to every row's cache below (not the whole cache, twice).
                 first: dict[int, int] = {}
                 for i, k in enumerate(row_of):
                     first.setdefault(k, i)
-                state = state.select([first[k] for k in range(len(slot))])
+                every_row, state = state, state.gather([first[k] for k in range(len(slot))])
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(
         model, encode, None if fresh else state, prefix_ids, [], pad_id, logits_to_keep=1)
     out.prompt_tokens += encoded
-    with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below
 
     # The last position by index, not ``logits_to_keep=1``: the slice [:, -1:] of a longer input is a strided
     # view, for which torch's matmul runs the head as one matrix-vector product per row (a 49k x 576 weight read
@@ -229,13 +238,18 @@ def generate(
     # matrix product.
     last = torch.tensor([ids.shape[1] - 1], device=device)
     logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache, use_cache=True,
+        input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(model, cache), use_cache=True,
         logits_to_keep=last,
     ).logits[:, -1, :]
     if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
         idx = torch.tensor(row_of, device=device)
-        cache.batch_select_indices(idx)
+        if every_row is None:
+            cache.batch_select_indices(idx)
+        else:
+            _append_new_positions(every_row.cache, cache, idx)
+            cache = every_row.cache
         logits, mask, base_pos, lengths = logits[idx], mask[idx], base_pos[idx], lengths[idx]
+    with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below
     next_pos = base_pos + lengths
     done = torch.zeros(B, dtype=torch.bool, device=device)
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "logprobs", "entropy", "top1", "top2", "alive")}
