@@ -8,7 +8,7 @@ model's writes are stood in for by appends of the same shapes, the same in both)
   whole cache back out to every row (``batch_select_indices``), which the next decode step copies once more into
   a buffer with spare room;
 - ``new positions`` (the default since): prefill on a copy of the distinct rows (``KVState.gather``) and append
-  only the new positions to every row's own buffer (``generation._append_new_positions``).
+  only the new positions to every row's own buffer (``GrowingCache.extend_rows``).
 
     python benchmarks/bench_dedupe_copies.py                       # 32 rows, 600 cached, 8 distinct, 40 new
     python benchmarks/bench_dedupe_copies.py --rows 64 --cached 400 --distinct 58 --new 30   # an evaluation turn
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from selfevolve.models.generation import KVState, _append_new_positions
+from selfevolve.models.generation import KVState
 from selfevolve.models.kv_cache import GrowingCache
 
 LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64  # SmolLM2-135M
@@ -66,7 +66,7 @@ def main() -> None:
         t = time.perf_counter()
         sub = s.gather(first)
         _write(sub.cache, args.distinct, args.new)
-        _append_new_positions(s.cache, sub.cache, rows)
+        s.cache.extend_rows(sub.cache, rows)
         _write(s.cache, args.rows, 1)
         times["new positions"].append(time.perf_counter() - t)
     old, new = min(times["select/expand"]), min(times["new positions"])

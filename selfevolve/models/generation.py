@@ -166,15 +166,6 @@ def _inputs(module, prompts, state, prefix_ids, suffix, pad_id, **forward_kwargs
     return cache, ids, mask, positions, base_pos, lengths, encoded
 
 
-def _append_new_positions(every_row: GrowingCache, distinct: GrowingCache, rows: torch.Tensor) -> None:
-    """Append to each row of ``every_row`` the positions that ``distinct`` holds beyond it, taken from the row
-    ``rows[i]`` of ``distinct``: a prefill run on one row of each distinct prompt, copied to all rows. Only the new
-    positions are copied, into the spare room of each row's buffer."""
-    for whole, part in zip(every_row.layers, distinct.layers):
-        n = whole.keys.shape[-2]
-        whole.update(part.keys[:, :, n:].index_select(0, rows), part.values[:, :, n:].index_select(0, rows))
-
-
 @torch.no_grad()
 def generate(
     model,
@@ -222,10 +213,7 @@ def generate(
                 # Rows with the same whole prompt have the same history, hence the same cache (rollouts of a task
                 # that made the same moves so far): the prefill runs on a copy of one row of each, and only its
                 # new positions are copied to every row's cache below (not the whole cache, twice).
-                first: dict[int, int] = {}
-                for i, k in enumerate(row_of):
-                    first.setdefault(k, i)
-                every_row, state = state, state.gather([first[k] for k in range(len(slot))])
+                every_row, state = state, state.gather([row_of.index(k) for k in range(len(slot))])
     # logits_to_keep=1: only the last position's logits are needed (the full-vocabulary head is ~20% of a
     # prefill otherwise).
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(
@@ -246,7 +234,7 @@ def generate(
         if every_row is None:
             cache.batch_select_indices(idx)
         else:
-            _append_new_positions(every_row.cache, cache, idx)
+            every_row.cache.extend_rows(cache, idx)
             cache = every_row.cache
         logits, mask, base_pos, lengths = logits[idx], mask[idx], base_pos[idx], lengths[idx]
     with_cache = cache_kwargs(model, cache)  # the same cache object, grown in place, through every step below

@@ -99,3 +99,11 @@ class GrowingCache(DynamicCache):
     def __init__(self):
         super().__init__()
         self.layer_class_to_replicate = GrowingLayer
+
+    def extend_rows(self, other: DynamicCache, rows: torch.Tensor) -> None:
+        """Append to row i the positions ``other`` holds beyond this cache, from ``other``'s row ``rows[i]``: a
+        prefill run on a copy of some rows (one of each distinct prompt), given to all of them. Only the new
+        positions are copied, into each row's spare room."""
+        for whole, part in zip(self.layers, other.layers):
+            n = whole.keys.shape[-2]
+            whole.update(part.keys[:, :, n:].index_select(0, rows), part.values[:, :, n:].index_select(0, rows))

@@ -62,12 +62,6 @@ def segment_tree(ids: list[list[int]], lengths: list[int], prefix_len: int,
         depth += 1
 
 
-def tree_tokens(levels: list[list[Node]], prefix_len: int) -> int:
-    """Tokens one forward of the tree encodes, padding included: the prefix once, then each level's nodes
-    padded to that level's longest segment."""
-    return prefix_len + sum(len(nodes) * max(n.end - n.start for n in nodes) for nodes in levels)
-
-
 def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int = 0,
                 cuts: list[list[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The decoder ``body``'s hidden states of right-padded rows, from the shared prefix's end on.

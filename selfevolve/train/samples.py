@@ -179,11 +179,11 @@ POSITIONS_PER_TOKEN = 16
 
 
 class _TreeChunk:
-    """A chunk's tokens as a tree (``prefix_sharing.tree_tokens``) as it grows by one row at a time: the prefix once,
+    """A chunk's tokens as a tree (``models/prefix_sharing.py``) as it grows by one row at a time: the prefix once,
     then per level its distinct nodes, padded to the level's longest segment (one row: its length)."""
 
     def __init__(self, shared: int, paths: dict):
-        self.shared, self.paths, self.k, self.first = shared, paths, 0, 0
+        self.shared, self.paths, self.k = shared, paths, 0
         self.nodes: list[set] = []
         self.longest: list[int] = []
 
@@ -191,16 +191,14 @@ class _TreeChunk:
         """``(tokens encoded, tokens bounded)``. The bound also counts the key/value positions the tree's levels
         hold for the backward (each node a copy of its ancestors' columns), at ``POSITIONS_PER_TOKEN`` to a token."""
         self.k += 1
-        if self.k == 1:
-            self.first = len(row)
         for depth, (node, size) in enumerate(self.paths[id(row)]):
             if depth == len(self.nodes):
                 self.nodes.append(set())
                 self.longest.append(0)
             self.nodes[depth].add(node)
             self.longest[depth] = max(self.longest[depth], size)
-        if self.k == 1:
-            return self.first, self.first
+        if self.k == 1:  # one row is encoded whole, prefix included
+            return len(row), len(row)
         tokens = self.shared + sum(len(n) * s for n, s in zip(self.nodes, self.longest))
         positions, width = 0, self.shared
         for nodes, longest in zip(self.nodes, self.longest):
