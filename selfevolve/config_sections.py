@@ -359,10 +359,13 @@ class TrainConfig(_Section):
         "for environments without an expert). Each uses warm_start_tasks training tasks.",
     )
     warm_start_tasks: int | None = Field(
-        None, ge=1, description="Expert episodes per warm-start step (null: tasks_per_step x algo.group_size).",
+        16, ge=1, description="Expert episodes per warm-start step (null: tasks_per_step x algo.group_size). 16 "
+        "ends FrozenLake's warm start at the loss 32 reach, in half the time (docs/benchmarks.md, 'A faster default "
+        "recipe').",
     )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
-    eval_every: int = Field(10, ge=0, description="Evaluate every N steps (0: only at start and end).")
+    eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at start and end; each evaluation "
+                            "of 64 episodes costs about a twentieth of the default run).")
     log_trajectories: bool = Field(True, description="Write every rollout to trajectories.jsonl.")
     log_prompts: bool = Field(True, description="With log_trajectories: also record each turn's prompt as text "
                               "(a prompt that extends the previous turn's is stored as its new tail), for "
@@ -378,7 +381,7 @@ class EvalConfig(_Section):
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
     at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
                            "starts several runs from one already-evaluated adapter).")
-    after_warm_start: bool = Field(True, description="Evaluate after the behaviour-cloning warm start (false: "
+    after_warm_start: bool = Field(False, description="Evaluate after the behaviour-cloning warm start (false: "
                                    "skip it; the warm start is then reported by its loss only).")
     experience: Literal["on", "off"] = Field(
         "on", description="Evaluate with the run's experience (recall / insights) when it has any (on), or "

@@ -34,6 +34,8 @@ def test_defaults():
     assert cfg.train.steps == 20 and cfg.train.out_dir == "runs/default"
     assert cfg.train.resume is False and cfg.train.overwrite is False
     assert cfg.eval.episodes == 64 and cfg.eval.seed_offset == 1_000_000
+    # the recipe of issue 19: half the warm start's episodes, evaluations at the start and the end only
+    assert cfg.train.warm_start_tasks == 16 and cfg.train.eval_every == 0 and cfg.eval.after_warm_start is False
     assert load_config(None, []) == cfg
 
 
@@ -41,7 +43,7 @@ def test_yaml_then_overrides(tmp_path):
     path = write(tmp_path, "seed: 3\ntrain:\n  steps: 7\n  save_every: 2\nalgo:\n  name: rloo\n")
     cfg = load_config(path)
     assert (cfg.seed, cfg.train.steps, cfg.train.save_every, cfg.algo.name) == (3, 7, 2, "rloo")
-    assert cfg.train.eval_every == 10  # untouched default
+    assert cfg.train.eval_every == 0  # untouched default
     cfg = load_config(path, ["train.steps=9", "seed=5"])
     assert (cfg.seed, cfg.train.steps, cfg.train.save_every, cfg.algo.name) == (5, 9, 2, "rloo")
     # later overrides win over earlier ones
