@@ -27,19 +27,17 @@ from selfevolve.models.kv_cache import GrowingCache
 LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64  # SmolLM2-135M
 
 
-def _state(rows: int, cached: int) -> KVState:
-    cache = GrowingCache()
-    for layer in range(LAYERS):
-        shape = (rows, KV_HEADS, cached, HEAD_DIM)
-        cache.update(torch.randn(shape), torch.randn(shape), layer)
-    return KVState(cache, torch.ones(rows, cached, dtype=torch.long), [[0]] * rows, torch.full((rows,), cached))
-
-
 def _write(cache: GrowingCache, rows: int, positions: int) -> None:
     """The model's appends of one forward: ``positions`` new keys and values in every layer."""
     for layer in range(LAYERS):
         shape = (rows, KV_HEADS, positions, HEAD_DIM)
         cache.update(torch.randn(shape), torch.randn(shape), layer)
+
+
+def _state(rows: int, cached: int) -> KVState:
+    cache = GrowingCache()
+    _write(cache, rows, cached)
+    return KVState(cache, torch.ones(rows, cached, dtype=torch.long), [[0]] * rows, torch.full((rows,), cached))
 
 
 def main() -> None:
