@@ -23,11 +23,11 @@ def chunk(n, rows=2, seed=0):
     return torch.randn(rows, 3, n, 4, generator=g), torch.randn(rows, 3, n, 4, generator=g)
 
 
-def test_capacity_grows_by_a_quarter_and_at_least_min_spare():
+def test_capacity_grows_by_half_and_at_least_min_spare():
     assert MIN_SPARE == 64
-    assert grown_capacity(3) == 3 + 64  # a quarter (0) is less than the minimum spare
-    assert grown_capacity(73) == 73 + 64
-    assert grown_capacity(400) == 400 + 100  # a quarter more
+    assert grown_capacity(3) == 3 + 64  # half (1) is less than the minimum spare
+    assert grown_capacity(127) == 127 + 64
+    assert grown_capacity(400) == 400 + 200  # half as many again
 
 
 def test_appends_equal_torch_cat_and_write_into_the_same_buffer():
@@ -63,6 +63,31 @@ def test_row_selection_repeat_and_crop_keep_dynamic_cache_semantics():
     assert grow.layers[0].keys.shape == (4, 3, 5, 4)
     assert torch.equal(grow.layers[0].keys, dyn.layers[0].keys)
     assert torch.equal(grow.layers[0].values, dyn.layers[0].values)
+
+
+def test_row_operations_keep_the_spare_room_so_the_next_append_is_in_place():
+    """Selecting, repeating, cropping and copying rows act on the whole buffer: the next append writes into the
+    same buffer (DynamicCache's versions left full tensors, copied once more by the next append)."""
+    c = GrowingCache()
+    c.update(*chunk(5, rows=3, seed=1), 0)  # capacity 5 + 64
+    layer = c.layers[0]
+    expect = layer.keys[torch.tensor([2, 0])].clone()
+    c.batch_select_indices(torch.tensor([2, 0]))
+    assert layer._kbuf.shape == (2, 3, 69, 4) and torch.equal(layer.keys, expect)
+    c.batch_repeat_interleave(2)
+    assert layer._kbuf.shape == (4, 3, 69, 4) and torch.equal(layer.keys[1], expect[0])
+    c.crop(-2)
+    assert layer.keys.shape[-2] == 3 and torch.equal(layer.keys, expect.repeat_interleave(2, 0)[:, :, :3])
+    copy = c.rows(torch.tensor([3, 3, 0]))
+    assert copy.layers[0]._kbuf.shape == (3, 3, 69, 4)
+    assert torch.equal(copy.layers[0].keys, layer.keys[torch.tensor([3, 3, 0])])
+    for cache in (c, copy):
+        ptr = cache.layers[0]._kbuf.data_ptr()
+        cache.update(*chunk(1, rows=cache.layers[0].keys.shape[0], seed=2), 0)
+        assert cache.layers[0]._kbuf.data_ptr() == ptr and cache.get_seq_length() == 4
+    assert not torch.equal(copy.layers[0].keys[:2], layer.keys[torch.tensor([3, 3])])  # own buffers, own appends
+    with pytest.raises(ValueError, match="negative"):
+        c.crop(2)
 
 
 def test_a_view_taken_before_an_append_keeps_its_numbers():
