@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from selfevolve.errors import ConfigError
+from selfevolve.models.allocator import keep_freed_memory
 from selfevolve.models.compat import prefer_grouped_attention
 
 SMOLLM2 = "smollm2-135m"
@@ -143,6 +144,8 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
     model.config.use_cache = True
     model.to(default_device())
     prefer_grouped_attention(default_device())
+    if default_device().type == "cpu":
+        keep_freed_memory()  # a CPU run reuses freed blocks instead of faulting them in again (allocator.py)
     model.eval()
     return model, tok
 

@@ -1,0 +1,57 @@
+"""Freed memory kept for reuse: glibc's ``malloc`` settings for a run on the CPU.
+
+PyTorch's CPU tensors come from ``malloc``. glibc serves a block larger than its mmap threshold (128 KiB at
+first, raised as such blocks are freed) with a fresh ``mmap`` and unmaps it when it is freed; it also returns the
+free top of the heap to the system past its trim threshold. A forward pass of 32 rows allocates and frees many
+blocks of 1-20 MB (activations, key/value buffers), so the same memory was handed back to the system and
+faulted in again, page by page, all through a rollout: 2.8 million page faults and 5.5 s of system time in one
+run of ``benchmarks/bench_rollout.py`` (32 episodes of 8 turns, 45 s), 0.7-0.8 million and 1.4 s with the
+settings below (fifth session of 2026-11-25, docs/benchmarks.md).
+
+The settings: serve blocks of up to 32 MiB (glibc's largest mmap threshold on 64-bit) from the heap, and never
+trim it. Freed memory stays with the process for its next allocation; the cost is that the process keeps its
+peak heap until it exits. Numbers are unchanged (the same bytes are computed, only where they live differs).
+
+Not applied when ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` is already set (the user's choice), when
+``SELFEVOLVE_MALLOC=default`` (opt out), or where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2)
+TRIM_THRESHOLD = 2**31 - 1  # the largest int: the heap is never trimmed
+
+_applied: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Apply the settings above once per process; whether they are in force."""
+    global _applied
+    if _applied is None:
+        _applied = _apply()
+    return _applied
+
+
+def _apply() -> bool:
+    if os.environ.get("SELFEVOLVE_MALLOC", "").lower() == "default":
+        return False
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only: musl's mallopt does nothing
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success; the mmap threshold first, so a refusal leaves the trim threshold alone
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
