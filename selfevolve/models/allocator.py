@@ -6,7 +6,7 @@ free top of the heap to the system past its trim threshold. A forward pass of 32
 blocks of 1-20 MB (activations, key/value buffers), so the same memory was handed back to the system and
 faulted in again, page by page, all through a rollout: 2.8 million page faults and 5.5 s of system time in one
 run of ``benchmarks/bench_rollout.py`` (32 episodes of 8 turns, 45 s), 0.7-0.8 million and 1.4 s with the
-settings below (fifth session of 2026-11-25, docs/benchmarks.md).
+settings below (sixth session, 2026-11-25/26, docs/benchmarks.md).
 
 The settings: serve blocks of up to 32 MiB (glibc's largest mmap threshold on 64-bit) from the heap, and never
 trim it. Freed memory stays with the process for its next allocation; the cost is that the process keeps its

@@ -103,13 +103,7 @@ class KVState:
         all start from its cache). Unlike :meth:`select` this copies: ``self`` stays usable, so a candidate
         can be explored (lookahead) and later continued from the same cache."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        if isinstance(self.cache, GrowingCache):
-            cache = self.cache.rows(idx)
-        else:
-            cache = GrowingCache()
-            for i, layer in enumerate(self.cache.layers):
-                cache.update(layer.keys.index_select(0, idx), layer.values.index_select(0, idx), i)
-        return KVState(cache, self.mask[idx], [list(self.seqs[i]) for i in rows], self.next_pos[idx])
+        return KVState(self.cache.rows(idx), self.mask[idx], [list(self.seqs[i]) for i in rows], self.next_pos[idx])
 
     def extends(self, prompts: list[list[int]]) -> bool:
         return len(prompts) == len(self.seqs) and all(

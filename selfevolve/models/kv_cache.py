@@ -6,13 +6,14 @@ that is 60 fresh tensors of 7 MB a step. On the AVX2 CPU of 2026-11-25 those cop
 freshly allocated memory) took about a third of a decode step (``benchmarks/bench_kv_cache.py``).
 
 :class:`GrowingCache` keeps each layer's keys and values in a buffer with spare positions at the end: an append
-writes into the spare positions, and only a full buffer is copied into a larger one (by a quarter more, at least
+writes into the spare positions, and only a full buffer is copied into a larger one (by half more, at least
 ``MIN_SPARE`` positions), so the cost of copying is amortised over many appends. The model sees a view of the
 filled positions, holding exactly the numbers ``torch.cat`` would have produced, so the results are identical
-(tested). The row operations (selecting rows, repeating them, copying some into a new cache) act on the whole
-buffer, spare room included, and cropping only forgets positions: after any of them the next append still writes
-in place. (``DynamicCache``'s versions replace a layer's tensors with full ones, so the next append copied the whole
-cache once more: a second copy of every row a turn, measured in the fifth session of 2026-11-25.)
+(tested). The row operations (selecting rows, repeating them, copying some into a new cache) copy the filled
+positions into a buffer with the same spare room, and cropping only forgets positions: after any of them the next
+append still writes in place. (``DynamicCache``'s versions replace a layer's tensors with full ones, so the next
+append copied the whole cache once more: a second copy of every row a turn, measured in the sixth session,
+2026-11-25/26.)
 
 Generation only: an in-place write into a tensor that autograd saved for the backward would corrupt the
 gradient, so with gradients enabled an append falls back to ``torch.cat``.
@@ -128,9 +129,9 @@ class GrowingLayer(DynamicLayer):
         layer = GrowingLayer()
         if self.is_initialized:
             layer.lazy_initialization(self._kbuf, self._vbuf)
-            if self.get_seq_length() > 0:
-                layer._kbuf, layer._vbuf, layer._kn, layer._vn = self._kbuf, self._vbuf, self._kn, self._vn
-                layer._select_rows(indices.to(self._kbuf.device))
+        if self.get_seq_length() > 0:
+            layer._kbuf, layer._vbuf, layer._kn, layer._vn = self._kbuf, self._vbuf, self._kn, self._vn
+            layer._select_rows(indices.to(self._kbuf.device))
         return layer
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):

@@ -142,9 +142,10 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
                 f"loaded as a local path or cached Hugging Face id ({str(e).splitlines()[0]})"
             ) from None
     model.config.use_cache = True
-    model.to(default_device())
-    prefer_grouped_attention(default_device())
-    if default_device().type == "cpu":
+    device = default_device()
+    model.to(device)
+    prefer_grouped_attention(device)
+    if device.type == "cpu":
         keep_freed_memory()  # a CPU run reuses freed blocks instead of faulting them in again (allocator.py)
     model.eval()
     return model, tok
