@@ -38,24 +38,25 @@ B1, B2 = row(OPEN_B, S3), row(OPEN_B, S3B)  # 32, 35
 def test_tokens_derived_by_hand():
     assert [len(r) for r in (A1, A2, A3, B1, B2)] == [34, 37, 32, 32, 35]
     assert turn_cuts(A1) == [20, 28] and turn_cuts(B1) == [25]
-    # the prefix once; level 0: A's and B's first prompts, padded to 15; level 1: S1 (A1 and A2 share it), S1B,
-    # S3, padded to 12; level 2: S2A and S2B, padded to 9
-    assert encoded_tokens([A1, A2, A3, B1], P, grouped=True) == 10 + 2 * 15 + 3 * 12 + 2 * 9 == 94
+    # the prefix once, then every distinct segment once, unpadded; level 0: A's and B's first prompts (10 and 15
+    # past the prefix); level 1: S1 (A1 and A2 share it), S1B, S3; level 2: S2A and S2B
+    assert encoded_tokens([A1, A2, A3, B1], P, grouped=True) == 10 + (10 + 15) + (8 + 12 + 7) + (6 + 9) == 77
     assert encoded_tokens([A1, A2, A3, B1], P) == 10 + 4 * (37 - 10) == 118  # every row padded to the longest
     assert encoded_tokens([A1], P, grouped=True) == 34
 
 
 def test_the_split_keeps_rows_that_share_turns_together():
-    """{A1 A2} encodes 10 + 10 + 8 + 2·9 = 46 tokens, {B1 B2} 10 + 15 + 2·10 = 45; a pair of an A and a B more
-    ({A1 B1}: 10 + 2·15 + 2·8 + 6 = 62). The bound adds the cached positions the levels keep, a sixteenth each:
-    {A1 A2} keeps 1·20 + 1·28 + 2·37 = 122 (+7: 53), {B1 B2} 1·25 + 2·35 = 95 (+5: 50). At most 55 a chunk: by
-    length (B1 A1 B2 A2) every neighbouring pair is mixed, so only single rows fit: 138 tokens; in the order of
-    their ids, 91."""
-    assert encoded_tokens([A1, B1], P, grouped=True) == 62
-    assert micro_batches([B2, A2, B1, A1], 52, shared=P, grouped=True) == [[A1], [A2], [B1, B2]]  # 53 > 52
+    """{A1 A2} encodes 10 + 10 + 8 + (6 + 9) = 43 tokens, {B1 B2} 10 + 15 + (7 + 10) = 42; a pair of an A and a B
+    more ({A1 B1}: 10 + (10 + 15) + (8 + 7) + 6 = 56). The bound adds the cached positions the levels keep (each
+    node its ancestors' columns and the level's longest segment), a sixteenth each: {A1 A2} keeps 1·20 + 1·28 +
+    2·37 = 122 (+7: 50), {B1 B2} 1·25 + 2·35 = 95 (+5: 47). At most 55 a chunk: by length (B1 A1 B2 A2) every
+    neighbouring pair is mixed and over the bound, so only single rows fit: 138 tokens; in the order of their ids,
+    85."""
+    assert encoded_tokens([A1, B1], P, grouped=True) == 56
+    assert micro_batches([B2, A2, B1, A1], 49, shared=P, grouped=True) == [[A1], [A2], [B1, B2]]  # 50 > 49
     chunks = micro_batches([B2, A2, B1, A1], 55, shared=P, grouped=True)
     assert chunks == [[A1, A2], [B1, B2]]
-    assert sum(encoded_tokens(c, P, grouped=True) for c in chunks) == 46 + 45
+    assert sum(encoded_tokens(c, P, grouped=True) for c in chunks) == 43 + 42
 
 
 def test_without_turns_the_split_bounds_padded_tokens_by_length():
@@ -97,8 +98,9 @@ def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():
         assert torch.allclose(logp, plain[0], atol=1e-5) and torch.allclose(ent, plain[1], atol=1e-5)
         assert torch.allclose(values, plain[2], atol=1e-5)
         assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-5 * float(h.abs().max())) for g, h in zip(grads, plain[3]))
-    # ids fed to the body, call by call: 4 x 37; the prefix, then 4 x 27; the prefix, then the tree's three levels
-    assert [results[n][4] for n in ("plain", "prefix", "tree")] == [[148], [10, 108], [10, 30, 36, 18]]
+    # ids fed to the body, call by call: 4 x 37, padded; the prefix and the four rests (24, 27, 22 and 22 ids) in
+    # one packed row; the prefix and the tree's nodes (10 + 15, 8 + 12 + 7, 6 + 9) in one packed row
+    assert [results[n][4] for n in ("plain", "prefix", "tree")] == [[148], [10 + 95], [10 + 25 + 27 + 15]]
 
 
 def test_a_loss_inside_the_shared_prefix_is_refused():
@@ -107,3 +109,46 @@ def test_a_loss_inside_the_shared_prefix_is_refused():
     with pytest.raises(AssertionError, match="shared prefix"):
         policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=25,
                             cuts=[turn_cuts(A1), turn_cuts(A2)])
+
+
+def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
+    """Generation and every other forward keep the model's own attention, also after a forward that failed."""
+    policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
+    body, _ = policy._body_and_head()
+    own = body.config._attn_implementation
+    b = collate([A1, A2, B1], policy.pad_id)
+    cuts = [turn_cuts(r) for r in (A1, A2, B1)]
+    policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts)
+    assert body.config._attn_implementation == own
+    seen = []
+
+    def fail(*args, **kwargs):
+        seen.append(body.config._attn_implementation)
+        raise RuntimeError("out of memory")
+
+    body.layers[0].forward = fail
+    with pytest.raises(RuntimeError, match="out of memory"):
+        policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts)
+    del body.layers[0].forward
+    assert seen == ["selfevolve_tree"] and body.config._attn_implementation == own
+
+
+def test_models_whose_attention_the_tree_cannot_stand_in_for_are_encoded_plainly():
+    policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
+    body, _ = policy._body_and_head()
+    rows = [A1, A2, B1]
+    b = collate(rows, policy.pad_id)
+    cuts = [turn_cuts(r) for r in rows]
+    tree, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts)
+    fed = []
+    forward = body.forward
+    body.forward = lambda *a, **k: fed.append(tuple(k["input_ids"].shape)) or forward(*a, **k)
+    body.config.sliding_window = 4096  # as Mistral's config has it
+    try:
+        plain, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P,
+                                          cuts=cuts)
+    finally:
+        del body.forward
+        body.config.sliding_window = None
+    assert fed == [(3, 37)]  # the rows as they are, padded
+    assert torch.allclose(plain, tree, atol=1e-5)

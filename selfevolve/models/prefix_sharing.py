@@ -1,4 +1,4 @@
-"""Encoding training rows that begin alike, as a tree: every distinct beginning once.
+"""Encoding training rows that begin alike, as a tree: every distinct beginning once, in one forward.
 
 The update runs each episode as one row (``train/samples.py``): the system prompt and few-shot turns (the
 *shared prefix*, the same in every row), then turn after turn. The rollouts of one task share their first
@@ -7,12 +7,18 @@ would be encoded once per row.
 
 Here a row is cut into segments at its turns (``cuts``: the position of each turn's last prompt token, whose
 hidden state predicts the reply), and the rows of a micro-batch form a tree: level 0 holds the distinct first
-segments, level 1 the distinct second segments under each of them, and so on. The shared prefix is encoded once,
-then each level in one forward, every node once, on top of its parent's keys and values; a row's hidden states are
-gathered from the nodes on its path. Every token sees exactly the tokens and positions it sees in the plain
-forward, so the hidden states are the same (tested); gradients flow back through the gathers and add up over the
-rows that shared a node. Each level pads its segments only to the longest of that level, and a row that has ended
-takes no part in the levels below, so short and long episodes share a micro-batch without padding the short ones.
+segments, level 1 the distinct second segments under each of them, and so on. The shared prefix and every node
+are packed, each once and without padding, into a single sequence that goes through the model in one forward:
+each token keeps its position in its row, and attention (``models/tree_attention.py``) lets it see the prefix,
+its node's ancestors and its own segment up to itself. So every token sees exactly the tokens and positions it
+sees in the plain forward, and the hidden states are the same (tested); a row's hidden states are gathered from
+the nodes on its path, and gradients flow back through the gathers and add up over the rows that shared a node.
+
+Why one packed forward (2026-11-26): the earlier version ran one forward per level, each level's segments padded
+to its longest. On a FrozenLake step a level mixes whole turns (~48 tokens) with final replies (3), so 22 % of the
+tokens were padding, and every forward reads all the weights twice (forward and backward) however few tokens it
+carries: a 1-token level cost 0.12 s on this CPU. The packed forward took 0.68x the time for the same step
+(docs/benchmarks.md, "The update's tree in one packed forward").
 """
 
 from __future__ import annotations
@@ -20,9 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from selfevolve.models.compat import cache_kwargs
+from selfevolve.models.tree_attention import Level, TreePlan, supports_tree, tree_forward
 
 
 @dataclass
@@ -67,8 +72,9 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     """The decoder ``body``'s hidden states of right-padded rows, from the shared prefix's end on.
 
     ``prefix_len``: the ids every row starts with, encoded once. ``cuts``: per row, where its segments begin
-    (see the module's text); without them, each row's rest is encoded whole. The tree needs a shared prefix
-    (every query then has a key to attend to, even in padding); without one, rows are encoded plainly.
+    (see the module's text); without them, each row's rest is one segment (rows with the same rest share it).
+    The tree needs a shared prefix (every query then has a key to attend to, even in padding) and an attention it
+    can stand in for (``tree_attention.supports_tree``); without them, rows are encoded plainly.
 
     Returns ``(hidden [B, R, H], columns [B, R], real [B, R])``: ``hidden[b, j]`` belongs to column
     ``columns[b, j]`` of ``input_ids`` (the prefix's length plus j, or j without a prefix), and ``real`` marks
@@ -76,51 +82,66 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     """
     B, L = input_ids.shape
     device = input_ids.device
-    P = prefix_len if B > 1 else 0
+    P = prefix_len if B > 1 and supports_tree(body.config) else 0
     if P == 0:
         columns = torch.arange(L, device=device).expand(B, L)
-        return body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, columns, attention_mask > 0
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return hidden, columns, attention_mask > 0
     lengths = attention_mask.sum(1)
     columns = torch.arange(P, L, device=device).expand(B, L - P)
     real = columns < lengths[:, None]
-    cache = DynamicCache()
-    with_cache = cache_kwargs(body, cache)
-    body(input_ids=input_ids[:1, :P], **with_cache, use_cache=True)
-    if cuts is None:
-        cache.batch_repeat_interleave(B)
-        hidden = body(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=columns,
-                      **with_cache, use_cache=True).last_hidden_state
-        return hidden, columns, real
     ids = input_ids.tolist()
-    levels, path = segment_tree(ids, lengths.tolist(), P, cuts)
-    pad = int(input_ids[0, 0])  # any id: padding is masked out and skipped by the position ids
-    cached_mask = torch.ones((1, P), dtype=attention_mask.dtype, device=device)
-    outputs, offsets, total = [], [], 0
-    for nodes in levels:
-        S = max(n.end - n.start for n in nodes)
-        # left-padded, so that every segment ends where its children's begin
-        seg = torch.full((len(nodes), S), pad, dtype=input_ids.dtype, device=device)
-        seg_mask = torch.zeros((len(nodes), S), dtype=attention_mask.dtype, device=device)
-        starts = torch.tensor([n.start for n in nodes], device=device)
-        for k, n in enumerate(nodes):
-            seg[k, S - (n.end - n.start):] = input_ids[n.row, n.start:n.end]
-            seg_mask[k, S - (n.end - n.start):] = 1
-        parents = torch.tensor([n.parent for n in nodes], device=device)
-        cache.batch_select_indices(parents)  # an index: the gradient adds up over a node's children
-        cached_mask = torch.cat([cached_mask[parents], seg_mask], dim=1)
-        positions = starts[:, None] + (seg_mask.cumsum(-1) - 1).clamp(min=0)
-        out = body(input_ids=seg, attention_mask=cached_mask, position_ids=positions, **with_cache,
-                   use_cache=True).last_hidden_state
-        outputs.append(out.reshape(len(nodes) * S, -1))
-        offsets.append((total, S))
-        total += len(nodes) * S
-    # where each row's position sits among the levels' outputs (padding: anywhere, it is masked by ``real``)
+    levels, path = segment_tree(ids, lengths.tolist(), P, cuts if cuts is not None else [[] for _ in ids])
+    packed, positions, spans = _pack(ids, P, levels)
+    plan, keys = TreePlan(P, []), None
+    for nodes, level_spans in zip(levels, spans):
+        level, keys = _level_attention(nodes, level_spans, P, keys, device)
+        plan.levels.append(level)
+    out = tree_forward(body, torch.tensor(packed, device=device), torch.tensor(positions, device=device), plan)
+    # where each row's position sits in the packed sequence (padding: anywhere, it is masked by ``real``)
     where = [[0] * (L - P) for _ in range(B)]
     for b in range(B):
         for depth, k in enumerate(path[b]):
-            node, (base, S) = levels[depth][k], offsets[depth]
-            first = base + k * S + S - (node.end - node.start) - node.start
-            for p in range(node.start, node.end):
-                where[b][p - P] = first + p
-    hidden = torch.cat(outputs)[torch.tensor(where, device=device)]
-    return hidden, columns, real
+            node, first = levels[depth][k], spans[depth][k][0]
+            where[b][node.start - P:node.end - P] = range(first, first + node.end - node.start)
+    return out[torch.tensor(where, device=device)], columns, real
+
+
+def _pack(ids: list[list[int]], prefix_len: int, levels: list[list[Node]]):
+    """``(packed ids, their positions, spans)``: the prefix, then each level's nodes in order, each node's segment
+    once; ``spans[depth][k]`` is where node k of that level lies in the packed sequence, ``(first, end)``."""
+    packed, positions = list(ids[0][:prefix_len]), list(range(prefix_len))
+    spans = []
+    for nodes in levels:
+        level_spans = []
+        for n in nodes:
+            level_spans.append((len(packed), len(packed) + n.end - n.start))
+            packed += ids[n.row][n.start:n.end]
+            positions += range(n.start, n.end)
+        spans.append(level_spans)
+    return packed, positions, spans
+
+
+def _level_attention(nodes: list[Node], spans: list[tuple[int, int]], prefix_len: int,
+                     parent_keys: list[list[int]] | None, device) -> tuple[Level, list[list[int]]]:
+    """One level's queries, keys and mask (``tree_attention.Level``), and each node's keys, which its children's
+    keys begin with: its parent's (the prefix and the segments above it; ``parent_keys`` is None for level 0,
+    whose parent is the prefix) and its own segment, as positions in the packed sequence."""
+    own = [list(range(a, b)) for a, b in spans]
+    above = [parent_keys[n.parent] if parent_keys is not None else list(range(prefix_len)) for n in nodes]
+    m, S = len(nodes), max(len(o) for o in own)
+    K = max(len(a) for a in above) + S
+    queries = torch.zeros((m, S), dtype=torch.long)
+    keys = torch.zeros((m, K), dtype=torch.long)
+    # float32 here; tree_attention casts to the model's dtype
+    mask = torch.full((m, 1, S, K), torch.finfo(torch.float32).min)
+    real = []
+    for j, (a, o) in enumerate(zip(above, own)):
+        n = len(o)
+        queries[j, :n] = torch.tensor(o)
+        keys[j, :len(a) + n] = torch.tensor(a + o)
+        mask[j, 0, :, :len(a)] = 0  # everything above: seen by every query (padded queries too: no empty rows)
+        mask[j, 0, :n, len(a):len(a) + n] = torch.triu(torch.full((n, n), torch.finfo(torch.float32).min), 1)
+        real += range(j * S, j * S + n)
+    level = Level(queries.to(device), keys.to(device), mask.to(device), torch.tensor(real, device=device))
+    return level, [a + o for a, o in zip(above, own)]

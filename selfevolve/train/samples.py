@@ -180,26 +180,27 @@ POSITIONS_PER_TOKEN = 16
 
 class _TreeChunk:
     """A chunk's tokens as a tree (``models/prefix_sharing.py``) as it grows by one row at a time: the prefix once,
-    then per level its distinct nodes, padded to the level's longest segment (one row: its length)."""
+    then every distinct node once, unpadded (one row: its length)."""
 
     def __init__(self, shared: int, paths: dict):
         self.shared, self.paths, self.k = shared, paths, 0
-        self.nodes: list[set] = []
+        self.nodes: list[dict] = []  # per level: node -> its segment's length
         self.longest: list[int] = []
 
     def add(self, row) -> tuple[int, int]:
         """``(tokens encoded, tokens bounded)``. The bound also counts the key/value positions the tree's levels
-        hold for the backward (each node a copy of its ancestors' columns), at ``POSITIONS_PER_TOKEN`` to a token."""
+        hold for the backward (each node a copy of its ancestors' columns and its own, up to the level's longest),
+        at ``POSITIONS_PER_TOKEN`` to a token."""
         self.k += 1
         for depth, (node, size) in enumerate(self.paths[id(row)]):
             if depth == len(self.nodes):
-                self.nodes.append(set())
+                self.nodes.append({})
                 self.longest.append(0)
-            self.nodes[depth].add(node)
+            self.nodes[depth][node] = size
             self.longest[depth] = max(self.longest[depth], size)
         if self.k == 1:  # one row is encoded whole, prefix included
             return len(row), len(row)
-        tokens = self.shared + sum(len(n) * s for n, s in zip(self.nodes, self.longest))
+        tokens = self.shared + sum(sum(level.values()) for level in self.nodes)
         positions, width = 0, self.shared
         for nodes, longest in zip(self.nodes, self.longest):
             width += longest
