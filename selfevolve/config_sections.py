@@ -150,8 +150,9 @@ class AlgoConfig(_Section):
         4096,
         ge=64,
         description="Tokens per forward/backward chunk (gradient accumulation); bounds memory. The update counts "
-        "what its tree of turns encodes plus 1/16 per cached position it keeps; other forwards count padded "
-        "tokens. An episode longer than this is one chunk on its own (a sequence is never split).",
+        "what its tree of turns encodes (unpadded, in one packed forward) plus 1/16 per key/value position it "
+        "keeps; forwards of rows without a shared prefix count padded tokens. An episode longer than this is one "
+        "chunk on its own (a sequence is never split).",
     )
     clip_low: float = Field(0.2, ge=0, description="PPO ratio lower clip epsilon.")
     clip_high: float = Field(0.28, ge=0, description="PPO ratio upper clip epsilon (clip-higher).")

@@ -41,7 +41,7 @@ def test_tokens_derived_by_hand():
     # the prefix once, then every distinct segment once, unpadded; level 0: A's and B's first prompts (10 and 15
     # past the prefix); level 1: S1 (A1 and A2 share it), S1B, S3; level 2: S2A and S2B
     assert encoded_tokens([A1, A2, A3, B1], P, grouped=True) == 10 + (10 + 15) + (8 + 12 + 7) + (6 + 9) == 77
-    assert encoded_tokens([A1, A2, A3, B1], P) == 10 + 4 * (37 - 10) == 118  # every row padded to the longest
+    assert encoded_tokens([A1, A2, A3, B1], P) == 10 + 24 + 27 + 22 + 22 == 105  # each row's rest, unpadded
     assert encoded_tokens([A1], P, grouped=True) == 34
 
 
@@ -59,15 +59,19 @@ def test_the_split_keeps_rows_that_share_turns_together():
     assert sum(encoded_tokens(c, P, grouped=True) for c in chunks) == 43 + 42
 
 
-def test_without_turns_the_split_bounds_padded_tokens_by_length():
-    """The plain split (no tree): rows sorted by length (B1 32, A1 34, B2 35, A2 37), each chunk at most
-    ``max_tokens`` padded tokens. At 69, {B1 A1} (2·34 = 68) is the only pair that fits: 10 + 2·24 = 58 tokens,
-    with B2 and A2 alone 58 + 35 + 37 = 130, against 138 for four single rows. At 70, {A1 B2} fits too, and
-    B1 + {A1 B2} + A2 = 32 + (10 + 2·25) + 37 = 129 is fewer."""
+def test_without_turns_each_rest_is_one_segment_and_the_split_counts_it_unpadded():
+    """No cuts: a chunk encodes the prefix once and each row's rest (B1 22, A1 24, B2 25, A2 27 past the prefix)
+    once, so every row that joins a chunk saves the prefix's 10 tokens; the bound adds the positions the one level
+    keeps (each row: the prefix and the longest rest), a sixteenth each. {B1 A1}: 10 + 22 + 24 = 56, + 2·34 / 16
+    = 4: 60; {B2 A2}: 62 + 2·37 / 16: 66; a triple is 87 or more. Rows sorted by length (B1 A1 B2 A2)."""
     names = lambda chunks: [[{id(A1): "A1", id(A2): "A2", id(B1): "B1", id(B2): "B2"}[id(r)] for r in c]  # noqa: E731
                             for c in chunks]
-    assert names(micro_batches([B2, A2, B1, A1], 69, shared=P)) == [["B1", "A1"], ["B2"], ["A2"]]
-    assert names(micro_batches([B2, A2, B1, A1], 70, shared=P)) == [["B1"], ["A1", "B2"], ["A2"]]
+    assert encoded_tokens([B1, A1], P) == 56 and encoded_tokens([B1, A1], P, grouped=True) == 56
+    for bound, split, tokens in [(59, [["B1"], ["A1"], ["B2"], ["A2"]], 138), (60, [["B1", "A1"], ["B2"], ["A2"]], 128),
+                                 (66, [["B1", "A1"], ["B2", "A2"]], 118)]:
+        chunks = micro_batches([B2, A2, B1, A1], bound, shared=P)
+        assert names(chunks) == split
+        assert sum(encoded_tokens(c, P) for c in chunks) == tokens
 
 
 def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():

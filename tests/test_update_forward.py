@@ -49,17 +49,21 @@ def test_shared_prefix_training_forward_matches_plain(policy):
 
 
 def test_micro_batches_take_the_split_that_encodes_the_fewest_tokens():
-    """Rows of 200, 210, 500 and 520 tokens whose first 140 every row shares (encoded once a micro-batch).
-    One micro-batch encodes (520 - 140) x 4 + 140 = 1660 tokens; {200, 210} + {500, 520} encodes
-    (70 x 2 + 140) + (380 x 2 + 140) = 1180, the fewest; one row each would encode 1430."""
-    from selfevolve.train.samples import Row, micro_batches
+    """Rows of 200, 210, 500 and 520 tokens whose first 140 every row shares (encoded once a micro-batch, and the
+    rest of each row unpadded): every row that joins a micro-batch saves 140 tokens, so the fewest micro-batches that
+    fit win. A micro-batch is bounded by its tokens plus a sixteenth of the positions it keeps (each row: the
+    longest row's). All four: 140 + 60 + 70 + 360 + 380 = 1010, + 4 x 520 / 16 = 130: 1140. At 900: {200, 210,
+    500} is 630 + 3 x 500 / 16 = 723 and {500, 520} is 880 + 65 = 945, so the split is {200, 210, 500} + {520}
+    (1150 tokens); one row each would encode 1430."""
+    from selfevolve.train.samples import Row, encoded_tokens, micro_batches
 
     rows = [Row(ids=[1] * n, mask=[0] * n, old_logprobs=[], advantages=[]) for n in (520, 200, 500, 210)]
     lengths = lambda chunks: [[len(r) for r in c] for c in chunks]  # noqa: E731
-    assert lengths(micro_batches(rows, 4096, shared=140)) == [[200, 210], [500, 520]]
+    assert lengths(micro_batches(rows, 4096, shared=140)) == [[200, 210, 500, 520]]
+    assert encoded_tokens(rows, 140) == 1010
+    assert lengths(micro_batches(rows, 1140, shared=140)) == [[200, 210, 500, 520]]
+    assert lengths(micro_batches(rows, 900, shared=140)) == [[200, 210, 500], [520]]
     assert lengths(micro_batches(rows, 4096)) == [[200, 210, 500, 520]]  # no shared prefix: filled greedily
-    # 1000 padded tokens at most: {500, 520} (1040) no longer fits, so the long rows go alone: 280 + 500 + 520
-    assert lengths(micro_batches(rows, 1000, shared=140)) == [[200, 210], [500], [520]]
     assert lengths(micro_batches(rows[:1], 100, shared=140)) == [[520]]  # a row longer than the limit still goes
 
 

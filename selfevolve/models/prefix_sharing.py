@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from selfevolve.models.tree_attention import Level, TreePlan, supports_tree, tree_forward
+from selfevolve.models.tree_attention import Group, TreePlan, supports_tree, tree_forward
 
 
 @dataclass
@@ -92,11 +92,7 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     real = columns < lengths[:, None]
     ids = input_ids.tolist()
     levels, path = segment_tree(ids, lengths.tolist(), P, cuts if cuts is not None else [[] for _ in ids])
-    packed, positions, spans = _pack(ids, P, levels)
-    plan, keys = TreePlan(P, []), None
-    for nodes, level_spans in zip(levels, spans):
-        level, keys = _level_attention(nodes, level_spans, P, keys, device)
-        plan.levels.append(level)
+    packed, positions, spans, plan = _plan(ids, P, levels, device)
     out = tree_forward(body, torch.tensor(packed, device=device), torch.tensor(positions, device=device), plan)
     # where each row's position sits in the packed sequence (padding: anywhere, it is masked by ``real``)
     where = [[0] * (L - P) for _ in range(B)]
@@ -107,41 +103,52 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     return out[torch.tensor(where, device=device)], columns, real
 
 
-def _pack(ids: list[list[int]], prefix_len: int, levels: list[list[Node]]):
-    """``(packed ids, their positions, spans)``: the prefix, then each level's nodes in order, each node's segment
-    once; ``spans[depth][k]`` is where node k of that level lies in the packed sequence, ``(first, end)``."""
+def _plan(ids: list[list[int]], prefix_len: int, levels: list[list[Node]], device):
+    """``(packed ids, their positions, spans, attention plan)``: the prefix, then each level's nodes, longest
+    first, each node's segment once; ``spans[depth][k]`` is where node k of that level lies in the packed sequence,
+    ``(first, end)``. Each node attends to its keys: its parent's keys (the prefix and the segments above it)
+    and its own segment."""
     packed, positions = list(ids[0][:prefix_len]), list(range(prefix_len))
-    spans = []
+    queries, keys, real, groups = [], [], [], []
+    spans: list[list[tuple[int, int]]] = []
+    parent_keys = [list(range(prefix_len))]  # level 0's parent (0) is the prefix
+    neg = torch.finfo(torch.float32).min  # tree_attention casts the masks to the model's dtype
     for nodes in levels:
-        level_spans = []
-        for n in nodes:
-            level_spans.append((len(packed), len(packed) + n.end - n.start))
+        size = [n.end - n.start for n in nodes]
+        order = sorted(range(len(nodes)), key=lambda k: -size[k])
+        level_spans: list[tuple[int, int]] = [(0, 0)] * len(nodes)
+        for k in order:
+            n = nodes[k]
+            level_spans[k] = (len(packed), len(packed) + size[k])
             packed += ids[n.row][n.start:n.end]
             positions += range(n.start, n.end)
         spans.append(level_spans)
-    return packed, positions, spans
+        own = [list(range(*span)) for span in level_spans]
+        above = [parent_keys[n.parent] for n in nodes]
+        for group in _similar_lengths(order, size):
+            m, S = len(group), size[group[0]]
+            K = max(len(above[k]) for k in group) + S
+            mask = torch.full((m, 1, S, K), neg)
+            for j, k in enumerate(group):
+                a, o = above[k], own[k]
+                queries += o + [0] * (S - len(o))
+                keys += a + o + [0] * (K - len(a) - len(o))
+                mask[j, 0, :, :len(a)] = 0  # everything above, seen by every query (padding too: no empty rows)
+                mask[j, 0, :len(o), len(a):len(a) + len(o)] = torch.triu(torch.full((len(o), len(o)), neg), 1)
+                real += range(len(queries) - S, len(queries) - S + len(o))
+            groups.append(Group(m, S, K, mask.to(device)))
+        parent_keys = [a + o for a, o in zip(above, own)]
+    as_index = lambda xs: torch.tensor(xs, dtype=torch.long, device=device)  # noqa: E731
+    return packed, positions, spans, TreePlan(prefix_len, as_index(queries), as_index(keys), groups, as_index(real))
 
 
-def _level_attention(nodes: list[Node], spans: list[tuple[int, int]], prefix_len: int,
-                     parent_keys: list[list[int]] | None, device) -> tuple[Level, list[list[int]]]:
-    """One level's queries, keys and mask (``tree_attention.Level``), and each node's keys, which its children's
-    keys begin with: its parent's (the prefix and the segments above it; ``parent_keys`` is None for level 0,
-    whose parent is the prefix) and its own segment, as positions in the packed sequence."""
-    own = [list(range(a, b)) for a, b in spans]
-    above = [parent_keys[n.parent] if parent_keys is not None else list(range(prefix_len)) for n in nodes]
-    m, S = len(nodes), max(len(o) for o in own)
-    K = max(len(a) for a in above) + S
-    queries = torch.zeros((m, S), dtype=torch.long)
-    keys = torch.zeros((m, K), dtype=torch.long)
-    # float32 here; tree_attention casts to the model's dtype
-    mask = torch.full((m, 1, S, K), torch.finfo(torch.float32).min)
-    real = []
-    for j, (a, o) in enumerate(zip(above, own)):
-        n = len(o)
-        queries[j, :n] = torch.tensor(o)
-        keys[j, :len(a) + n] = torch.tensor(a + o)
-        mask[j, 0, :, :len(a)] = 0  # everything above: seen by every query (padded queries too: no empty rows)
-        mask[j, 0, :n, len(a):len(a) + n] = torch.triu(torch.full((n, n), torch.finfo(torch.float32).min), 1)
-        real += range(j * S, j * S + n)
-    level = Level(queries.to(device), keys.to(device), mask.to(device), torch.tensor(real, device=device))
-    return level, [a + o for a, o in zip(above, own)]
+def _similar_lengths(order: list[int], size: list[int]) -> list[list[int]]:
+    """A level's nodes, longest first, cut into groups whose shortest is at least half their longest: the
+    padding a group's attention computes stays under half of it."""
+    groups: list[list[int]] = []
+    for k in order:
+        if groups and 2 * size[k] >= size[groups[-1][0]]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups

@@ -7,11 +7,12 @@ tree: a token attends to the prefix, to the segments on its path (its node's anc
 segment. This module is that attention, registered with transformers under :data:`NAME` and switched on only
 inside :func:`tree_forward`, so generation and every other forward keep the model's own attention.
 
-For each level of the tree (the prefix, then depth 0, 1, …) one fused SDPA call runs over that level's nodes
-as a batch: each node's queries (its own tokens, right-padded to the level's longest) against its keys (gathered
-from the packed keys by index: prefix, ancestors, own tokens; padded to the level's longest), with an additive
-mask that hides the padding and the own segment's future. Gathers by ``index_select`` keep the backward an
-``index_add`` (no sort); the keys shared by several nodes add up their gradients there.
+The tree's nodes are attended to in groups: a level's nodes of similar length (a level mixes whole turns with
+final replies a tenth as long), each group one fused SDPA call over its nodes as a batch: each node's queries (its
+own tokens, right-padded to the group's longest) against its keys (the prefix, its ancestors and its own tokens,
+padded likewise), with an additive mask that hides the padding and the own segment's future. The queries, keys
+and values of all groups are gathered from the packed sequence by one ``index_select`` each (whose backward is one
+``index_add``; the keys shared by several nodes add up their gradients there) and split into the groups.
 """
 
 from __future__ import annotations
@@ -29,21 +30,28 @@ KWARG = "selfevolve_tree"  # the keyword the plan travels under, from the model'
 
 
 @dataclass
-class Level:
-    """One level's attention: ``queries [m, S]`` and ``keys [m, K]`` index the packed sequence (padding points
-    anywhere: it is masked or dropped), ``mask [m, 1, S, K]`` is added to the scores, and ``real [n]`` picks the
-    level's real query slots out of the flattened ``m × S``, in packed order."""
+class Group:
+    """Nodes attended to together: ``m`` nodes, ``S`` query slots and ``K`` key slots each, and the additive
+    ``mask [m, 1, S, K]`` (0 where a query may look, the dtype's lowest value where not)."""
 
-    queries: torch.Tensor
-    keys: torch.Tensor
+    m: int
+    S: int
+    K: int
     mask: torch.Tensor
-    real: torch.Tensor
 
 
 @dataclass
 class TreePlan:
-    prefix: int  # the first ``prefix`` packed tokens: the shared prefix, causal among themselves
-    levels: list[Level]
+    """How the packed sequence attends. Its first ``prefix`` tokens are the shared prefix, causal among
+    themselves. ``queries`` and ``keys`` index the packed sequence, group after group (each group's ``m × S``
+    and ``m × K`` slots, padding pointing anywhere); ``real`` picks, from the groups' outputs laid end to end, the
+    real query slots in the packed order of the tokens after the prefix."""
+
+    prefix: int
+    queries: torch.Tensor
+    keys: torch.Tensor
+    groups: list[Group]
+    real: torch.Tensor
 
 
 def tree_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
@@ -57,26 +65,26 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
             raise NotImplementedError(f"the update's tree encoding does not support attention with {feature}")
     q, k, v = query[0], key[0], value[0]
     H, _, D = q.shape
-    Hkv = k.shape[0]
     # CPU: torch's fused kernel reads grouped key/value heads as they are. CUDA: its fused kernels take a mask
     # only with the heads repeated (models/compat.py, prefer_grouped_attention).
     grouped = q.device.type == "cpu"
-    if not grouped and H != Hkv:
-        k, v = k.repeat_interleave(H // Hkv, dim=0), v.repeat_interleave(H // Hkv, dim=0)
-    P = plan.prefix
+    if not grouped and H != k.shape[0]:
+        k, v = k.repeat_interleave(H // k.shape[0], dim=0), v.repeat_interleave(H // v.shape[0], dim=0)
+    Hkv, P = k.shape[0], plan.prefix
     first = F.scaled_dot_product_attention(q[None, :, :P], k[None, :, :P], v[None, :, :P], is_causal=True,
-                                           scale=scaling, enable_gqa=grouped)
-    outs = [first[0].transpose(0, 1)]  # [P, H, D]
-    for lv in plan.levels:
-        m, S = lv.queries.shape
-        K = lv.keys.shape[1]
-        qd = q.index_select(1, lv.queries.flatten()).view(H, m, S, D).transpose(0, 1)
-        kd = k.index_select(1, lv.keys.flatten()).view(k.shape[0], m, K, D).transpose(0, 1)
-        vd = v.index_select(1, lv.keys.flatten()).view(v.shape[0], m, K, D).transpose(0, 1)
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=lv.mask.to(qd.dtype), scale=scaling,
-                                            enable_gqa=grouped)
-        outs.append(od.transpose(1, 2).reshape(m * S, H, D).index_select(0, lv.real))
-    return torch.cat(outs)[None], None
+                                           scale=scaling, enable_gqa=grouped)[0].transpose(0, 1)  # [P, H, D]
+    # split, not sliced: the backward of a split is one concatenation, of slices a zero-filled copy each
+    qs = q.index_select(1, plan.queries).split([g.m * g.S for g in plan.groups], dim=1)
+    ks = k.index_select(1, plan.keys).split([g.m * g.K for g in plan.groups], dim=1)
+    vs = v.index_select(1, plan.keys).split([g.m * g.K for g in plan.groups], dim=1)
+    outs = []
+    for g, qg, kg, vg in zip(plan.groups, qs, ks, vs):
+        out = F.scaled_dot_product_attention(
+            qg.view(H, g.m, g.S, D).transpose(0, 1), kg.view(Hkv, g.m, g.K, D).transpose(0, 1),
+            vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask.to(q.dtype), scale=scaling,
+            enable_gqa=grouped)
+        outs.append(out.transpose(1, 2).reshape(g.m * g.S, H, D))
+    return torch.cat([first, torch.cat(outs).index_select(0, plan.real)])[None], None
 
 
 AttentionInterface.register(NAME, tree_attention)

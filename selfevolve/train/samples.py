@@ -130,13 +130,14 @@ def minibatch_schedule(items: list, algo, rng):
 def micro_batches(rows: list, max_tokens: int, shared: int = 0, grouped: bool = False) -> list[list]:
     """Split rows into chunks of at most ``max_tokens`` tokens (one row alone may exceed it).
 
-    ``shared``: the length of a prefix every row starts with, which the forward encodes once per chunk
-    (:func:`shared_prefix_len`). With it, the split is the one that encodes the fewest tokens, padding included
-    (:func:`encoded_tokens`): an exact dynamic programme over contiguous runs of the rows sorted by length, each
-    chunk at most ``max_tokens`` padded tokens. With ``grouped`` the forward encodes each chunk as a tree of its
-    rows' turns (``models/prefix_sharing.py``, :func:`turn_cuts`), and the bound is on the tokens that tree
-    encodes; the rows are then also tried in the order of their ids, which puts rows that share turns side by side,
-    and the cheaper of the two splits is taken. Without ``shared``, chunks are filled greedily by length.
+    ``shared``: the length of a prefix every row starts with (:func:`shared_prefix_len`). The forward then packs a
+    chunk into one sequence (``models/prefix_sharing.py``): the prefix once, and each row's rest once without
+    padding, or with ``grouped``, each row cut at its turns (:func:`turn_cuts`) and every distinct turn once, as a
+    tree. The split is the one that encodes the fewest tokens (:func:`encoded_tokens`): an exact dynamic
+    programme over contiguous runs of the rows sorted by length, each chunk bounded by its tokens and the
+    key/value positions it keeps (``_TreeChunk``); with ``grouped`` the rows are also tried in the order of their
+    ids, which puts rows that share turns side by side, and the cheaper of the two splits is taken. Without
+    ``shared``, chunks are filled greedily by length, a chunk at most ``max_tokens`` padded tokens.
     """
     order = sorted(rows, key=len)
     if shared <= 0:
@@ -149,26 +150,10 @@ def micro_batches(rows: list, max_tokens: int, shared: int = 0, grouped: bool = 
             cur.append(r)
             cur_max = new_max
         return chunks + [cur] if cur else chunks
-    if not grouped:
-        return _fewest_tokens(order, max_tokens, lambda: _PaddedChunk(shared))[1]
-    paths = _tree_paths(rows, shared)
-    splits = [_fewest_tokens(o, max_tokens, lambda: _TreeChunk(shared, paths))
-              for o in (order, sorted(rows, key=lambda r: r.ids))]
+    paths = _tree_paths(rows, shared, grouped)
+    orders = (order, sorted(rows, key=lambda r: r.ids)) if grouped else (order,)
+    splits = [_fewest_tokens(o, max_tokens, lambda: _TreeChunk(shared, paths)) for o in orders]
     return min(splits, key=lambda s: s[0])[1]
-
-
-class _PaddedChunk:
-    """A chunk's tokens as it grows by one row at a time: the shared prefix once, every row padded to the longest
-    from there on (one row: its length)."""
-
-    def __init__(self, shared: int):
-        self.shared, self.k, self.longest = shared, 0, 0
-
-    def add(self, row) -> tuple[int, int]:
-        """``(tokens encoded, tokens bounded)``: the bound is on the padded tokens, prefix included."""
-        self.k, self.longest = self.k + 1, max(self.longest, len(row))
-        tokens = self.longest if self.k == 1 else self.shared + self.k * (self.longest - self.shared)
-        return tokens, self.k * self.longest
 
 
 # Memory of a tree-encoded chunk, beyond its tokens' activations: every level keeps, for the backward, its nodes'
@@ -208,10 +193,12 @@ class _TreeChunk:
         return tokens, tokens + positions // POSITIONS_PER_TOKEN
 
 
-def _tree_paths(rows: list, shared: int) -> dict:
-    """Per row (by ``id``): its path through the tree of all ``rows``, as (node, segment length) per level; the
-    node ids are those of the whole tree, so any subset of rows counts its own distinct nodes."""
-    levels, path = segment_tree([r.ids for r in rows], [len(r) for r in rows], shared, [turn_cuts(r) for r in rows])
+def _tree_paths(rows: list, shared: int, at_turns: bool = True) -> dict:
+    """Per row (by ``id``): its path through the tree of all ``rows`` (cut at their turns, or each row's rest one
+    segment), as (node, segment length) per level; the node ids are those of the whole tree, so any subset of
+    rows counts its own distinct nodes."""
+    cuts = [turn_cuts(r) if at_turns else [] for r in rows]
+    levels, path = segment_tree([r.ids for r in rows], [len(r) for r in rows], shared, cuts)
     return {id(r): [((depth, k), levels[depth][k].end - levels[depth][k].start) for depth, k in enumerate(p)]
             for r, p in zip(rows, path)}
 
@@ -238,9 +225,9 @@ def _fewest_tokens(order: list, max_tokens: int, new_chunk) -> tuple[int, list[l
 
 
 def encoded_tokens(chunk: list, shared: int, grouped: bool = False) -> int:
-    """The tokens one forward of ``chunk`` encodes with ``shared`` prefix tokens (as a tree of its rows' turns when
-    ``grouped``), padding included."""
-    count = _TreeChunk(shared, _tree_paths(chunk, shared)) if grouped else _PaddedChunk(shared)
+    """The tokens one forward of ``chunk`` encodes with ``shared`` prefix tokens: the prefix once, then each
+    distinct rest (or with ``grouped``, each distinct turn) once, unpadded."""
+    count = _TreeChunk(shared, _tree_paths(chunk, shared, grouped))
     tokens = 0
     for row in chunk:
         tokens, _ = count.add(row)
