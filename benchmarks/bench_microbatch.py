@@ -6,9 +6,14 @@ each micro-batch encoded as a tree of their turns, every distinct beginning once
 One training step's rows, real ones: a step's batch (``--tasks`` × ``--group-size`` sampled episodes, as the trainer
 seeds them) played by the policy (``--init-from``: a trained adapter, whose episodes are as long as a run's), turned
 into rows with random advantages. Then the update's forward and backward over every micro-batch of each way,
-alternated ``--reps`` times: wall time, tokens encoded (padding included, shared parts once a micro-batch)
+alternated ``--reps`` times: wall time, tokens encoded (shared parts once a micro-batch)
 and the largest difference between each way's LoRA gradients and the greedy ones' (the same sum, taken in
 another order).
+
+Since 2026-11-26 every way runs through the packed forward of ``models/prefix_sharing.py`` (the prefix once, no
+padding, one forward per micro-batch), so the ways differ in their split and in whether rows are cut at their
+turns; "tokens encoded" counts what that forward encodes. Run it in a checkout of an earlier commit to compare
+with the forward level by level (``486ea47`` and before).
 
     python benchmarks/bench_microbatch.py --init-from runs/bench_profile/checkpoints/step-19
 """

@@ -17,7 +17,7 @@ the nodes on its path, and gradients flow back through the gathers and add up ov
 Why one packed forward (2026-11-26): the earlier version ran one forward per level, each level's segments padded
 to its longest. On a FrozenLake step a level mixes whole turns (~48 tokens) with final replies (3), so 22 % of the
 tokens were padding, and every forward reads all the weights twice (forward and backward) however few tokens it
-carries: a 1-token level cost 0.12 s on this CPU. The packed forward took 0.68x the time for the same step
+carries: a 1-token level cost 0.12 s on this CPU. The packed forward took 0.62x the time for the same step
 (docs/benchmarks.md, "The update's tree in one packed forward").
 """
 
