@@ -92,7 +92,7 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     real = columns < lengths[:, None]
     ids = input_ids.tolist()
     levels, path = segment_tree(ids, lengths.tolist(), P, cuts if cuts is not None else [[] for _ in ids])
-    packed, positions, spans, plan = _plan(ids, P, levels, device)
+    packed, positions, spans, plan = _plan(ids, P, levels, device, body.get_input_embeddings().weight.dtype)
     out = tree_forward(body, torch.tensor(packed, device=device), torch.tensor(positions, device=device), plan)
     # where each row's position sits in the packed sequence (padding: anywhere, it is masked by ``real``)
     where = [[0] * (L - P) for _ in range(B)]
@@ -103,16 +103,16 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     return out[torch.tensor(where, device=device)], columns, real
 
 
-def _plan(ids: list[list[int]], prefix_len: int, levels: list[list[Node]], device):
+def _plan(ids: list[list[int]], prefix_len: int, levels: list[list[Node]], device, dtype: torch.dtype):
     """``(packed ids, their positions, spans, attention plan)``: the prefix, then each level's nodes, longest
     first, each node's segment once; ``spans[depth][k]`` is where node k of that level lies in the packed sequence,
     ``(first, end)``. Each node attends to its keys: its parent's keys (the prefix and the segments above it)
-    and its own segment."""
+    and its own segment. The masks are built in the model's ``dtype``, once for all layers."""
     packed, positions = list(ids[0][:prefix_len]), list(range(prefix_len))
     queries, keys, real, groups = [], [], [], []
     spans: list[list[tuple[int, int]]] = []
     parent_keys = [list(range(prefix_len))]  # level 0's parent (0) is the prefix
-    neg = torch.finfo(torch.float32).min  # tree_attention casts the masks to the model's dtype
+    neg = torch.finfo(dtype).min
     for nodes in levels:
         size = [n.end - n.start for n in nodes]
         order = sorted(range(len(nodes)), key=lambda k: -size[k])
@@ -128,13 +128,13 @@ def _plan(ids: list[list[int]], prefix_len: int, levels: list[list[Node]], devic
         for group in _similar_lengths(order, size):
             m, S = len(group), size[group[0]]
             K = max(len(above[k]) for k in group) + S
-            mask = torch.full((m, 1, S, K), neg)
+            mask = torch.full((m, 1, S, K), neg, dtype=dtype)
             for j, k in enumerate(group):
                 a, o = above[k], own[k]
                 queries += o + [0] * (S - len(o))
                 keys += a + o + [0] * (K - len(a) - len(o))
                 mask[j, 0, :, :len(a)] = 0  # everything above, seen by every query (padding too: no empty rows)
-                mask[j, 0, :len(o), len(a):len(a) + len(o)] = torch.triu(torch.full((len(o), len(o)), neg), 1)
+                mask[j, 0, :len(o), len(a):len(a) + len(o)] = torch.triu(torch.full((len(o), len(o)), neg, dtype=dtype), 1)
                 real += range(len(queries) - S, len(queries) - S + len(o))
             groups.append(Group(m, S, K, mask.to(device)))
         parent_keys = [a + o for a, o in zip(above, own)]

@@ -32,7 +32,7 @@ KWARG = "selfevolve_tree"  # the keyword the plan travels under, from the model'
 @dataclass
 class Group:
     """Nodes attended to together: ``m`` nodes, ``S`` query slots and ``K`` key slots each, and the additive
-    ``mask [m, 1, S, K]`` (0 where a query may look, the dtype's lowest value where not)."""
+    ``mask [m, 1, S, K]`` in the model's dtype (0 where a query may look, the dtype's lowest value where not)."""
 
     m: int
     S: int
@@ -60,9 +60,10 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     plan: TreePlan | None = kwargs.get(KWARG)
     if plan is None:
         raise RuntimeError("tree attention was called without a plan: use prefix_sharing.encode_rows")
-    for feature in ("softcap", "sliding_window"):
-        if kwargs.get(feature) is not None or getattr(module, feature, None) is not None:  # see supports_tree
-            raise NotImplementedError(f"the update's tree encoding does not support attention with {feature}")
+    for feature in ("softcap", "sliding_window"):  # encode_rows encodes such models plainly (supports_tree)
+        if kwargs.get(feature) is not None or getattr(module, feature, None) is not None:
+            raise RuntimeError(f"tree attention cannot stand in for attention with {feature}: this model's rows "
+                               "must be encoded plainly (prefix_sharing.encode_rows checks supports_tree)")
     q, k, v = query[0], key[0], value[0]
     H, _, D = q.shape
     # CPU: torch's fused kernel reads grouped key/value heads as they are. CUDA: its fused kernels take a mask
@@ -74,14 +75,15 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     first = F.scaled_dot_product_attention(q[None, :, :P], k[None, :, :P], v[None, :, :P], is_causal=True,
                                            scale=scaling, enable_gqa=grouped)[0].transpose(0, 1)  # [P, H, D]
     # split, not sliced: the backward of a split is one concatenation, of slices a zero-filled copy each
+    key_slots = [g.m * g.K for g in plan.groups]
     qs = q.index_select(1, plan.queries).split([g.m * g.S for g in plan.groups], dim=1)
-    ks = k.index_select(1, plan.keys).split([g.m * g.K for g in plan.groups], dim=1)
-    vs = v.index_select(1, plan.keys).split([g.m * g.K for g in plan.groups], dim=1)
+    ks = k.index_select(1, plan.keys).split(key_slots, dim=1)
+    vs = v.index_select(1, plan.keys).split(key_slots, dim=1)
     outs = []
     for g, qg, kg, vg in zip(plan.groups, qs, ks, vs):
         out = F.scaled_dot_product_attention(
             qg.view(H, g.m, g.S, D).transpose(0, 1), kg.view(Hkv, g.m, g.K, D).transpose(0, 1),
-            vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask.to(q.dtype), scale=scaling,
+            vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask, scale=scaling,
             enable_gqa=grouped)
         outs.append(out.transpose(1, 2).reshape(g.m * g.S, H, D))
     return torch.cat([first, torch.cat(outs).index_select(0, plan.real)])[None], None

@@ -170,7 +170,6 @@ class _TreeChunk:
     def __init__(self, shared: int, paths: dict):
         self.shared, self.paths, self.k = shared, paths, 0
         self.nodes: list[dict] = []  # per level: node -> its segment's length
-        self.longest: list[int] = []
 
     def add(self, row) -> tuple[int, int]:
         """``(tokens encoded, tokens bounded)``. The bound also counts the key/value positions the tree's levels
@@ -180,15 +179,13 @@ class _TreeChunk:
         for depth, (node, size) in enumerate(self.paths[id(row)]):
             if depth == len(self.nodes):
                 self.nodes.append({})
-                self.longest.append(0)
             self.nodes[depth][node] = size
-            self.longest[depth] = max(self.longest[depth], size)
         if self.k == 1:  # one row is encoded whole, prefix included
             return len(row), len(row)
         tokens = self.shared + sum(sum(level.values()) for level in self.nodes)
         positions, width = 0, self.shared
-        for nodes, longest in zip(self.nodes, self.longest):
-            width += longest
+        for nodes in self.nodes:
+            width += max(nodes.values())  # the level's longest segment
             positions += len(nodes) * width
         return tokens, tokens + positions // POSITIONS_PER_TOKEN
 
