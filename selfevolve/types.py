@@ -23,6 +23,9 @@ class Task:
     reference: str | None = None  # a reference solution, when one is known
     intent: str | None = None
     origin: str = "dataset"  # "dataset" | "synthesized"
+    # The digest of the task's content (the map, the room, the request: ``envs/holdout.py``), set when an
+    # environment is reset to it; a held-out task's content is never a training task's.
+    content: str = ""
 
 
 @dataclass

@@ -7,6 +7,7 @@ import pytest
 from selfevolve import Trainer, load_config
 from selfevolve.envs import FrozenLakeEnv, SokobanEnv, make_env
 from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
+from selfevolve.envs.holdout import bucket
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning import grid
@@ -19,7 +20,10 @@ from selfevolve.worlds.base import save_tasks
 from selfevolve.worlds.profile import EnvProfile
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8"]
-SEED0 = ["SFFF", "HHFF", "FHHF", "HFFG"]  # training seed 0's lake (gymnasium's generator, size 4, p 0.8)
+SEED0 = ["SFFF", "HHFF", "FHHF", "HFFG"]  # seed 0's own lake (gymnasium's generator, size 4, p 0.8)
+# The mechanics below were derived by hand on seeds' own maps: they play split="train+test" (every seed its own
+# map). Under the default split="train", seed 0's map belongs to the held-out bucket and redraws (envs/holdout.py).
+OWN = {"split": "train+test"}
 HAND = ["SFFF", "FHFH", "FFFH", "HFFG"]  # a hand-built lake
 
 
@@ -38,7 +42,7 @@ def test_profile():
 
 def test_a_target_task_is_solved_only_on_its_target(tmp_path):
     task = target_task("t0", 5, HAND, (0, 2), ["Right", "Right"], "Walk to row 1, column 3.")
-    env = FrozenLakeEnv()
+    env = FrozenLakeEnv(**OWN)
     first = env.play(task)
     assert first.startswith("Request: Walk to row 1, column 3.\nP _ T _")
     assert env.expert_action() == "Right"
@@ -66,11 +70,11 @@ def test_a_target_task_is_solved_only_on_its_target(tmp_path):
     env.play(task)  # snapshots carry the task
     env.step("Right")
     snap = env.snapshot()
-    other = FrozenLakeEnv()
+    other = FrozenLakeEnv(**OWN)
     other.reset(3)
     other.restore(snap)
     assert other.render() == env.render() and other.step("Right").info["success"]
-    other.restore(FrozenLakeEnv().snapshot())
+    other.restore(FrozenLakeEnv(**OWN).snapshot())
     assert other.target is None
 
 
@@ -78,7 +82,7 @@ def test_split_and_tasks_file_choose_the_episodes(tmp_path):
     path = tmp_path / "tasks.jsonl"
     save_tasks([target_task("frozenlake-synth-0000", 0, SEED0, (0, 2), ["Right", "Right"], "Go to row 1, column 3.")],
                str(path))
-    game = FrozenLakeEnv().reset(1)
+    game = FrozenLakeEnv(split="test").reset(1)
     synth = make_env("frozenlake", split="synth", tasks_file=str(path))
     assert synth.reset(1).startswith("Request: Go to row 1, column 3.") and "T" in synth.reset(7)
     assert "synth" not in FrozenLakeEnv().instructions and "marked T" in synth.instructions
@@ -96,11 +100,13 @@ def test_split_and_tasks_file_choose_the_episodes(tmp_path):
         make_env("frozenlake", split="synth", tasks_file=str(bad))
     # evaluation: the ordinary game on held-out seeds, whatever training played
     options = eval_env_options(FrozenLakeEnv, {"split": "synth", "tasks_file": str(path)}, None)
-    assert options["split"] == "test" and make_env("frozenlake", **options).reset(1_000_000) == FrozenLakeEnv().reset(1_000_000)
+    held_out = make_env("frozenlake", **options)
+    assert options["split"] == "test" and held_out.reset(1_000_000) == FrozenLakeEnv(split="test").reset(1_000_000)
+    assert bucket(held_out.content_key()) == "test"
 
 
 def test_exploration_breadth_then_depth_and_a_fall_ends_it():
-    world = FrozenLakeEnv()
+    world = FrozenLakeEnv(**OWN)
     env = GameExploration(world, breadth_steps=2, max_turns=8)
     first = env.reset(0)
     assert world.desc == SEED0 and first.endswith(BREADTH_HINT.format(moves="Left, Down, Right, Up"))
@@ -115,13 +121,13 @@ def test_exploration_breadth_then_depth_and_a_fall_ends_it():
     record = ExplorationRecord(0, env.log)
     assert record.text().startswith("1. Right\n   Result: row 1, column 2: ice")
     # breadth at one cell: the moves not tried from it
-    env = GameExploration(FrozenLakeEnv(), breadth_steps=4, max_turns=8)
+    env = GameExploration(FrozenLakeEnv(**OWN), breadth_steps=4, max_turns=8)
     env.reset(0)
     assert env.step("Up").observation.endswith(BREADTH_HINT.format(moves="Left, Down, Right"))
 
 
 def test_template_writer_on_a_hand_made_exploration():
-    env = GameExploration(FrozenLakeEnv(), breadth_steps=2, max_turns=8)
+    env = GameExploration(FrozenLakeEnv(**OWN), breadth_steps=2, max_turns=8)
     env.reset(0)
     for a in ("Right", "Left", "Right", "Up", "Right", "Down", "Down"):  # loops, a bump, then the hole
         env.step(a)
@@ -130,14 +136,14 @@ def test_template_writer_on_a_hand_made_exploration():
     tasks = template_tasks(record, SEED0)
     assert tasks[2] == candidate("Walk from your start to row 2, column 3 without falling into a hole.",
                                  ["Right", "Right", "Down"])
-    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(), FrozenLakeEnv, [(0, t) for t in tasks],
+    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, t) for t in tasks],
                               duplicate=0.8, seed_offset=1000, name="frozenlake")
     assert len(kept) == 3 and sum(counts.values()) == 0
     assert kept[2].goal == {"seed": 0, "map": SEED0, "target": [1, 2]} and kept[2].solution == ["Right", "Right", "Down"]
 
 
 def test_execution_filter_replays_the_reference_on_a_fresh_lake():
-    world = FrozenLakeEnv()
+    world = FrozenLakeEnv(**OWN)
     ok = execute(world, 0, ["Right", "Right", "Down"], (1, 2))
     assert ok.ok and ok.goal["target"] == [1, 2]
     assert "hole" in execute(world, 0, ["Right", "Right", "Down", "Down"], (2, 2)).reason
@@ -156,7 +162,7 @@ def test_execution_filter_replays_the_reference_on_a_fresh_lake():
              (1_000_000, candidate("Walk to row 1, column 2.", ["Right"])),  # an eval seed
              (0, candidate("Walk to row 3, column 3.", ["Right", "Right", "Down", "Down"])),  # a hole
              (0, candidate(EXAMPLE_QUERY, ["East", "South"]))]  # the worked example copied
-    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(), FrozenLakeEnv, cands, duplicate=0.8,
+    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, cands, duplicate=0.8,
                               seed_offset=1_000_000, name="frozenlake")
     assert [k.goal["target"] for k in kept] == [[1, 2]]
     assert counts == {"unparseable": 0, "duplicate": 2, "empty_reference": 1, "held_out": 1, "execution": 1,
@@ -197,7 +203,7 @@ def test_explore_frozenlake_end_to_end(tmp_path, writer, monkeypatch):
 def test_training_on_synthesized_frozenlake_tasks(tmp_path):
     path = tmp_path / "tasks.jsonl"
     walk = candidate("Walk to row 2, column 3.", ["Right", "Right", "Down"])
-    kept, _ = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(), FrozenLakeEnv, [(0, walk)], duplicate=0.8,
+    kept, _ = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, walk)], duplicate=0.8,
                          seed_offset=1_000_000, name="frozenlake")
     save_tasks(kept, str(path))
     out = tmp_path / "run"

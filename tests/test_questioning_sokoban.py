@@ -9,6 +9,7 @@ import pytest
 from conftest import invoke
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
+from selfevolve.envs.holdout import bucket
 from selfevolve.envs.sokoban import MOVES, solve
 from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, room_task
 from selfevolve.errors import ConfigError
@@ -94,7 +95,7 @@ def test_split_and_tasks_file_choose_the_episodes(tmp_path):
     mixed = make_env("sokoban", split="train+synth", tasks_file=str(path))
     assert mixed.reset(1).startswith("Request:") and mixed.reset(2) == SokobanEnv().reset(2) and mixed.task is None
     test = make_env("sokoban", split="test", tasks_file=str(path))
-    assert test.reset(1) == SokobanEnv().reset(1)
+    assert test.reset(1) == SokobanEnv(split="test").reset(1) and test.task is None
     with pytest.raises(ConfigError, match="tasks_file"):
         make_env("sokoban", split="synth")
     with pytest.raises(ConfigError, match="sokoban option 'split'.*train\\+synth"):
@@ -107,7 +108,9 @@ def test_split_and_tasks_file_choose_the_episodes(tmp_path):
             make_env("sokoban", split="synth", tasks_file=str(bad))
     options = eval_env_options(SokobanEnv, {"split": "synth", "tasks_file": str(path)}, None)
     assert options["split"] == "test"
-    assert make_env("sokoban", **options).reset(1_000_000) == SokobanEnv().reset(1_000_000)
+    held_out = make_env("sokoban", **options)
+    assert held_out.reset(1_000_000) == SokobanEnv(split="test").reset(1_000_000)
+    assert bucket(held_out.content_key()) == "test"
 
 
 def test_the_oracle_measures_the_distance_to_a_tasks_goal(tmp_path):
@@ -147,13 +150,24 @@ def _trace(env, seeds, steps=12):
     return hashlib.sha256(json.dumps([env.instructions, env.examples, rows], ensure_ascii=False).encode()).hexdigest()
 
 
+def room_of(seed: int) -> str:
+    env = SokobanEnv(split="train+test")
+    env.reset(seed)
+    return env.content_key()
+
+
 def test_the_ordinary_game_is_unchanged():
     """The digests were taken with the code before Sokoban had tasks (main at 8ec7f34): 100 seeds, 1200 answers;
-    and 20 seeds with two moves per turn. ``split=test`` (evaluation) plays the same game."""
-    assert _trace(SokobanEnv(), range(100)) == "0466e6b4b2665478ac5936c71e963aa8583a5f0b8153eb9168c4185644e4505f"
-    assert _trace(SokobanEnv(moves_per_turn=2), range(0, 100, 5)) == \
+    and 20 seeds with two moves per turn, on every seed's own room (``split=train+test``). The train and test
+    splits play the same game on the rooms of their content bucket (``envs/holdout.py``): a seed whose room is
+    of the split keeps it."""
+    own = {"split": "train+test"}
+    assert _trace(SokobanEnv(**own), range(100)) == "0466e6b4b2665478ac5936c71e963aa8583a5f0b8153eb9168c4185644e4505f"
+    assert _trace(SokobanEnv(moves_per_turn=2, **own), range(0, 100, 5)) == \
         "07f1b5f8d3669a9c3235f8ef072ada330ce287e01b99ab4ecd066b1b4228da0a"
-    assert _trace(SokobanEnv(split="test"), range(10)) == _trace(SokobanEnv(), range(10))
+    for split in ("train", "test"):
+        kept = [s for s in range(20) if bucket(room_of(s)) == split]
+        assert kept and _trace(SokobanEnv(split=split), kept) == _trace(SokobanEnv(**own), kept)
 
 
 def explore0(moves, breadth_steps=4, max_turns=10):
@@ -301,11 +315,11 @@ def test_explore_sokoban_from_the_command_line(tmp_path):
 def test_the_funnel_on_scripted_explorations(tmp_path, monkeypatch):
     """The pipeline's own counting, on explorations whose moves are fixed (the tiny random model makes no valid
     move) and, for the LLM writer, fixed replies: seed 0 walks round the box and solves the room; seed 1 answers
-    nonsense twice and then walks Right (onto row 5, column 5)."""
+    nonsense twice and then walks Up (onto row 4, column 3 of its training room)."""
     import selfevolve.questioning.explore as explore_module
     from selfevolve.models.llm import LLM
 
-    scripts = {0: ["Down", "Left", "Right", "Up", "Right", "Right", "Up", "Left"], 1: ["fly", "Up Up", "Right"]}
+    scripts = {0: ["Down", "Left", "Right", "Up", "Right", "Right", "Up", "Left"], 1: ["fly", "Up Up", "Up"]}
 
     def scripted(policy, builder, world_factory, *, explorations, steps, breadth_steps, seed, exploration, **kw):
         records = []
@@ -321,7 +335,7 @@ def test_the_funnel_on_scripted_explorations(tmp_path, monkeypatch):
     base = [*TINY, "env.name=sokoban", "questioning.explorations=2", "questioning.steps=8"]
     report = run_questioning(load_config(overrides=[*base, "questioning.writer=template",
                                                     f"questioning.out={tmp_path / 't'}"]))
-    # seed 0: the 7 tasks of the template test; seed 1: "Walk to row 5, column 5." (Right)
+    # seed 0: the 7 tasks of the template test; seed 1: "Walk to row 4, column 3." (Up)
     assert (report["calls"], report["working_calls"], report["explorations_with_a_working_call"]) == (11, 9, 2)
     assert (report["candidates"], report["kept"], sum(report["removed"].values())) == (8, 8, 0)
     assert report["intents"] == {"reach_cell": 7, "solve_room": 1}
@@ -329,7 +343,7 @@ def test_the_funnel_on_scripted_explorations(tmp_path, monkeypatch):
     game = (report["cells_reached"], report["box_positions"], report["solved"], report["moved_nothing"])
     assert game == (7, 1, 1, 1)
     tasks = [json.loads(x) for x in (tmp_path / "t" / "tasks.jsonl").read_text().splitlines()]
-    assert (tasks[-1]["id"], tasks[-1]["goal"]["seed"], tasks[-1]["solution"]) == ("sokoban-synth-0007", 1, ["Right"])
+    assert (tasks[-1]["id"], tasks[-1]["goal"]["seed"], tasks[-1]["solution"]) == ("sokoban-synth-0007", 1, ["Up"])
 
     replies = iter([  # one reply per exploration with a valid move
         '[{"query": "Push the box to row 3, column 5.", "action_sequence": ["Up", "Up", "Right"]}, '

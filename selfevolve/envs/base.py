@@ -69,6 +69,12 @@ class TextEnv(ABC):
         """The current observation text."""
         return ""
 
+    def content_key(self) -> str:
+        """The content of the task this episode was reset to (the map, the room, the request), as a string: two
+        seeds with the same content key are the same task. Held-out sets are content-disjoint by this key
+        (``envs/holdout.py``). Called right after ``reset``; the default is the rendering then."""
+        return self.render()
+
     def reply_prefix(self) -> str:
         """Text the model's next reply starts with ("" for none): the rollout puts its tokens after the prompt,
         the model continues from there, and the action is the prefix plus what the model wrote. Exploration

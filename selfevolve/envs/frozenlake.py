@@ -13,12 +13,14 @@ import string
 from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
-from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+from gymnasium.envs.toy_text.frozen_lake import is_valid
+from gymnasium.utils import seeding
 
 from selfevolve.envs.base import StepResult, TextEnv
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
 from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
 from selfevolve.envs.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.holdout import draw, split_bucket
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import too_long
 from selfevolve.worlds.base import Task
@@ -69,6 +71,23 @@ def _seed(seed: Any) -> int:
     return int(seed) % (2**63)  # gymnasium wants a non-negative int
 
 
+MAX_SIZE = 16  # a larger map no longer reads as a text observation (and 5000 would take minutes to draw)
+MAP_DRAWS = 1000  # boards drawn for one map before the settings are refused
+
+
+def random_map(size: int, p_frozen: float, seed: int) -> list[str]:
+    """A random map with a path from S to G: gymnasium's ``generate_random_map`` draws (same seed, same map), but
+    bounded: after ``MAP_DRAWS`` boards without a path the settings are refused instead of drawing forever."""
+    rng, _ = seeding.np_random(seed)
+    for _ in range(MAP_DRAWS):
+        board = rng.choice(["F", "H"], (size, size), p=[p_frozen, 1 - p_frozen])
+        board[0][0], board[-1][-1] = "S", "G"
+        if is_valid(board, size):
+            return ["".join(row) for row in board]
+    raise ConfigError(f"frozenlake: no map with a path to the goal in {MAP_DRAWS} draws at size={size}, "
+                      f"p_frozen={p_frozen}; raise p_frozen or use a smaller map")
+
+
 # A fixed hand-written map for the few-shot examples (not generated from any seed).
 _EXAMPLE_MAP = ["SFFF", "HFHF", "FFFH", "HFFG"]
 
@@ -96,8 +115,10 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         hints: add a line under the grid saying what each move leads to ("Left: edge. Down: hole. Right:
             ice. Up: edge."). The map is the same; the line spells out the player's neighbourhood, which a
             135M model cannot reliably read off a 2-D grid of symbols.
-        split: which episodes ``reset(seed)`` starts. ``train`` and ``test`` (the default, and what evaluation
-            switches to) are the ordinary game: the map of the seed, reach G. ``synth``: the target-cell tasks
+        split: which episodes ``reset(seed)`` starts. ``train`` (the default) and ``test`` (what evaluation
+            switches to) are the ordinary game, reach G, on content-disjoint maps: a seed whose map belongs to
+            the other split redraws (``envs/holdout.py``), so no test map is ever a training map; ``all`` or
+            ``train+test``: the seed's own map. ``synth``: the target-cell tasks
             of ``tasks_file`` (written by ``selfevolve explore``, see :func:`target_task`), task ``seed % n``.
             ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
         tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
@@ -139,8 +160,8 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         split: str = "train",
         tasks_file: str = "",
     ):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 2:
-            raise ConfigError(f"frozenlake option 'size' must be an integer >= 2, got {size!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_SIZE:
+            raise ConfigError(f"frozenlake option 'size' must be an integer from 2 to {MAX_SIZE}, got {size!r}")
         if not isinstance(p_frozen, (int, float)) or isinstance(p_frozen, bool) or not 0.0 < p_frozen <= 1.0:
             raise ConfigError(f"frozenlake option 'p_frozen' must be a number in (0, 1], got {p_frozen!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -189,8 +210,16 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         task = self.task_for(seed)
         if task is not None:
             return self.play(task)
-        seed = _seed(seed)
-        return self.load(generate_random_map(size=self.size, p=self.p_frozen, seed=seed), seed=seed)
+        # the split is by content: a seed whose map is not of this env's split redraws (envs/holdout.py)
+        seed, desc = draw(_seed(seed), split_bucket(self.split),
+                          lambda s: (_seed(s), random_map(self.size, self.p_frozen, _seed(s))),
+                          key=lambda item: map_key(item[1]), what=f"frozenlake size={self.size} p_frozen={self.p_frozen}")
+        return self.load(desc, seed=seed)
+
+    def content_key(self) -> str:
+        """The task's content: the map's rows, and a synthesized task's target (``envs/holdout.py``)."""
+        key = map_key(self.desc)
+        return key if self.target is None else f"{key}|T{self.target[0]},{self.target[1]}"
 
     def task_for(self, seed: int) -> Task | None:
         """The synthesized task a seed starts, or None for the ordinary game on the seed's map."""
@@ -378,6 +407,11 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         self._gym.lastaction = snapshot["lastaction"]
         self._gym.np_random.bit_generator.state = snapshot["rng"]
         self.done = bool(snapshot["done"])
+
+
+def map_key(desc: list[str]) -> str:
+    """A map's content key: its rows in gymnasium's letters."""
+    return "/".join(desc)
 
 
 def _examples(k: int, hints: bool = False) -> list[tuple[str, str]]:

@@ -12,9 +12,10 @@ from typing import Any, Callable
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import answer_format, error_line, parse_moves
 from selfevolve.envs.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.holdout import draw, split_bucket
 # the rooms' helpers are re-exported for callers (``from selfevolve.envs.sokoban import solve``)
 from selfevolve.envs.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
-                                           parse_room, render_room, solve)
+                                           parse_room, render_room, room_key, solve)
 from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.worlds.base import Task
@@ -45,8 +46,10 @@ class SokobanEnv(PlaysTasks, TextEnv):
             summed, and they stop when the room is solved.
         invalid_penalty: reward subtracted for an unparseable answer (which changes nothing).
         search_depth: backward-play steps of the generator (more steps: harder rooms).
-        split: which episodes ``reset(seed)`` starts. ``train`` and ``test`` (the default, and what evaluation
-            switches to) are the ordinary game: the room of the seed, every box onto a target. ``synth``: the
+        split: which episodes ``reset(seed)`` starts. ``train`` (the default) and ``test`` (what evaluation
+            switches to) are the ordinary game, every box onto a target, in content-disjoint rooms: a seed whose
+            room belongs to the other split redraws (``envs/holdout.py``), so no test room is ever a training
+            room; ``train+test``: the seed's own room. ``synth``: the
             room tasks of ``tasks_file`` (written by ``selfevolve explore``, ``envs/sokoban_tasks.py``), task
             ``seed % n``. ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
         tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
@@ -123,6 +126,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
         self.boxes: set[Pos] = set()
         self.player: Pos = (0, 0)
         self.done = False
+        self._start = ""  # the start room's content key (content_key())
 
     # ---------------------------------------------------------------- setup
     def reset(self, seed: int) -> str:
@@ -131,8 +135,18 @@ class SokobanEnv(PlaysTasks, TextEnv):
         task = task_for(self.synth_tasks, self.ordinary, seed)
         if task is not None:
             return self.play(task)
-        room = generate_room(seed, self.dim_room, self.num_boxes, self.search_depth)
+        # the split is by content: a seed whose room is not of this env's split redraws (envs/holdout.py)
+        room = draw(int(seed), split_bucket(self.split),
+                    lambda s: generate_room(s, self.dim_room, self.num_boxes, self.search_depth),
+                    key=room_key, what=f"sokoban dim_room={list(self.dim_room)} num_boxes={self.num_boxes}")
         return self._set(room)
+
+    def content_key(self) -> str:
+        """The task's content: the start room drawn, and a synthesized task's goal (``envs/holdout.py``)."""
+        if self.task is None:
+            return self._start
+        player, cells = goal_cells(self.task.goal)
+        return f"{self._start}|goal " + (f"P{player}" if player is not None else f"B{sorted(cells)}")
 
     def play(self, task: Task) -> str:
         """Start a room task: its room, the request line above it, the named cells marked T."""
@@ -161,6 +175,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
         self.player = tuple(room["player"])
         self.done = self.boxes == set(self.targets)
         self.task, self.marks = None, frozenset()
+        self._start = room_key(room)
         return self.render()
 
     def room_state(self) -> dict[str, Any]:

@@ -87,6 +87,11 @@ def render_room(shape: Pos, walls, targets, boxes, player: Pos, marks=frozenset(
     return "\n".join(rows)
 
 
+def room_key(room: dict[str, Any]) -> str:
+    """A room's content key (``envs/holdout.py``): the room drawn with its boxes and the player at the start."""
+    return render_room(tuple(room["shape"]), room["walls"], room["targets"], room["boxes"], tuple(room["player"]))
+
+
 def generate_room(
     seed: int, dim_room: Pos = (6, 6), num_boxes: int = 1, search_depth: int = 30, max_tries: int = 200
 ) -> dict[str, Any]:

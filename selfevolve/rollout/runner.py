@@ -18,6 +18,7 @@ from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.parsing import parse_action
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
+from selfevolve.envs.holdout import content_digest
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -69,6 +70,7 @@ def rollout(
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
     for t, env, first in zip(trajs, envs, firsts):
         t.flags.update(task_flags(env, first))
+        t.task.content = content_digest(env)  # what the run has seen (held-out checks, envs/holdout.py)
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
                 for task, first, g in zip(tasks, firsts, guidance)]

@@ -36,6 +36,7 @@ import torch
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
+from selfevolve.envs.holdout import content_digest
 from selfevolve.models.generation import KVState
 from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout, task_flags
 from selfevolve.types import Step, Task, Trajectory
@@ -204,6 +205,7 @@ class _Searcher:
         for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
             first = env.reset(task.seed)
             self.task_flags.append(task_flags(env, first))
+            task.content = content_digest(env)  # what the run has seen (held-out checks, envs/holdout.py)
             ctx = EpisodeContext(self.builder, task.instruction, first)
             out.append(self.new_node(None, s, env, ctx, [], turn=0))
         return out

@@ -1,10 +1,11 @@
 """Evaluation on held-out tasks: greedy success rate (overall and per intent), and pass@k from k sampled
 rollouts per task.
 
-Held-out means two things. Seeds start at ``eval.seed_offset`` and are never trained on (for the games a seed
-*is* the task). Worlds with a fixed task list and a ``split`` option (the tool worlds) map every seed onto a
-task of their split, so there held-out means the ``test`` split: :func:`eval_env_options` switches to it
-unless ``eval.env`` says otherwise.
+Held out means never seen, by content (``envs/holdout.py``). Evaluation plays the environment's ``test`` split
+(:func:`eval_env_options` switches to it unless ``eval.env`` says otherwise), whose content — a map, a room, a
+request — no training episode ever has, and takes the first ``eval.episodes`` distinct contents from the seeds
+at ``eval.seed_offset`` on (``tasks/source.py``). When a run's evaluation plays something else (``eval.env``
+naming another split), the tasks whose content the run trained on are counted as seen and scored apart.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
     episodes (recalled examples make prompts long; this bounds the caches' memory). ``accumulate``: SEER's
     test-time accumulation — each chunk's verified successes join a scratch copy of the pool before the next
     chunk (the run's own pool never sees test tasks)."""
-    name = getattr(env_cls, "name", env_cls.__name__)
-    tasks = eval_tasks(name, episodes, seed_offset)
+    tasks = eval_tasks(make_env(env_cls, **env_options), episodes, seed_offset)
     envs = [make_env(env_cls, **env_options) for _ in tasks]
     if experience is None:
         return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
@@ -52,20 +52,30 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
-             chunk: int = 8) -> dict[str, float]:
-    """Greedy success on ``episodes`` held-out tasks; with ``pass_k`` > 0 also pass@k (any of k samples solves)
-    and ``eval/sample_success`` (the success rate of those samples). ``experience``/``accumulate``/``chunk``:
-    see :func:`greedy_rollouts` (pass@k samples get recall / insights too, without accumulation).
+             chunk: int = 8, seen: set[str] | frozenset[str] = frozenset(),
+             episodes_out: list | None = None) -> dict[str, float]:
+    """Greedy success on ``episodes`` held-out tasks (``eval/tasks``: how many distinct ones the split held);
+    with ``pass_k`` > 0 also pass@k (any of k samples solves) and ``eval/sample_success`` (the success rate of
+    those samples). ``experience``/``accumulate``/``chunk``: see :func:`greedy_rollouts` (pass@k samples get
+    recall / insights too, without accumulation).
+
+    ``seen``: the content digests the run trained on. Tasks among them (none on the test split) are counted in
+    ``eval/seen``, and then success is also reported apart: ``eval/success/seen`` and ``eval/success/unseen``.
+    ``episodes_out``: a list that receives the greedy trajectories (for the run's log and the viewer).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
     tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset,
                                    experience=experience, accumulate=accumulate, chunk=chunk)
+    if episodes_out is not None:
+        episodes_out.extend(trajs)
     out = {
         "eval/success": sum(t.success for t in trajs) / len(trajs),
         "eval/reward": sum(t.reward for t in trajs) / len(trajs),
         "eval/valid": sum(s.valid for t in trajs for s in t.steps) / max(1, sum(len(t.steps) for t in trajs)),
+        "eval/tasks": len(trajs),
         **intent_success(trajs, "eval/success/intent/"),
+        **seen_apart(trajs, seen),
     }
     if experience is not None:
         from selfevolve.experience.guide import guide_metrics
@@ -81,4 +91,17 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
         out[f"eval/pass@{pass_k}"] = sum(t.id in solved for t in tasks) / len(tasks)
         # the sampled policy's own success rate (pass@1 estimated from all k samples): moves before greedy does
         out["eval/sample_success"] = sum(t.success for t in sampled) / len(sampled)
+    return out
+
+
+def seen_apart(trajs, seen) -> dict[str, float]:
+    """``eval/seen`` (how many evaluation tasks have a content the run trained on) and, when any has, greedy
+    success on the seen and on the unseen tasks apart."""
+    hit = [t for t in trajs if t.task.content in seen]
+    if not hit:
+        return {"eval/seen": 0}
+    rest = [t for t in trajs if t.task.content not in seen]
+    out = {"eval/seen": len(hit), "eval/success/seen": sum(t.success for t in hit) / len(hit)}
+    if rest:
+        out["eval/success/unseen"] = sum(t.success for t in rest) / len(rest)
     return out

@@ -46,5 +46,11 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, en
     res = evaluate(policy, env_cls, eval_env_options(env_cls, options, cfg.eval.env), builder,
                    episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
                    seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed, experience=experience,
-                   accumulate=cfg.eval.accumulate, chunk=cfg.eval.chunk)
+                   accumulate=cfg.eval.accumulate, chunk=cfg.eval.chunk, seen=_seen(state))
     return {"checkpoint_step": state["step"], "episodes": cfg.eval.episodes, **res}
+
+
+def _seen(state: dict) -> set[str]:
+    """The content digests a checkpoint's run trained on (none recorded by runs older than the record)."""
+    seen = state.get("seen", [])
+    return {s for s in seen if isinstance(s, str)} if isinstance(seen, list) else set()

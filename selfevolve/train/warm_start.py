@@ -18,6 +18,7 @@ from __future__ import annotations
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.envs import make_env
+from selfevolve.envs.holdout import content_digest
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -29,6 +30,7 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
     for task in tasks:
         env = make_env(env_cls, **options)
         ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
+        task.content = content_digest(env)
         traj = Trajectory(task=task, group_id=task.id)
         for _ in range(env.max_turns):
             action = env.expert_action()

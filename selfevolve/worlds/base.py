@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.envs.holdout import split_bucket
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import too_long
 from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
@@ -80,6 +81,11 @@ _EDGE = " \t\n\"'`*.,;:!?()[]{}"
 def normalise_text(text: Any) -> str:
     """Case-folded, surrounding punctuation and quotes stripped, inner whitespace collapsed."""
     return " ".join(str(text).casefold().split()).strip(_EDGE)
+
+
+def task_key(task: "Task") -> str:
+    """A task's content key: its request as the agent reads it, normalised (case, spaces, edge punctuation)."""
+    return normalise_text(task.instruction)
 
 
 def parse_number(text: Any) -> float | None:
@@ -208,7 +214,11 @@ class ToolWorld(TextEnv):
         _check_options(self.name, split, level, self.levels, max_turns, invalid_penalty, tool_error_penalty)
         self.split, self.level, self.max_turns = split, level, max_turns
         self.invalid_penalty, self.tool_error_penalty = float(invalid_penalty), float(tool_error_penalty)
-        self.tasks = [t for t in self.all_tasks() if in_split(t.split, split) and level in (None, t.level)]
+        every = self.all_tasks()
+        self.tasks = [t for t in every if in_split(t.split, split) and level in (None, t.level)]
+        if split_bucket(split) == "test":  # held out means never seen: no request a training task makes too
+            seen = {task_key(t) for t in every if t.split == "train"}
+            self.tasks = [t for t in self.tasks if task_key(t) not in seen]
         self._seed_order: list[int] = []  # seed -> task permutation, built on first use (see task_for)
         if not self.tasks:
             raise ConfigError(f"{self.name}: no tasks for split={split!r} level={level!r}")
@@ -284,6 +294,10 @@ class ToolWorld(TextEnv):
     def reset(self, seed: int) -> str:
         """Start :meth:`task_for` ``(seed)`` (same seed, same task)."""
         return self.load(self.task_for(seed))
+
+    def content_key(self) -> str:
+        """The task's content: its request, normalised (``envs/holdout.py``)."""
+        return task_key(self.task) if self.task is not None else ""
 
     def load(self, task: Task | str) -> str:
         """Start an episode of a given task (or task id, searched in all splits). Returns the instruction."""
