@@ -1,4 +1,4 @@
-"""The ``selfevolve`` command: ``train``, ``eval``, ``explore``, ``view``, ``serve`` and ``export``.
+"""The ``selfevolve`` command: ``train``, ``sweep``, ``eval``, ``explore``, ``view``, ``serve`` and ``export``.
 
 Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
 status 2 — no traceback.
@@ -95,6 +95,45 @@ def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE
     cfg, final = _with_config(args, run)
     shown = {k: round(v, 4) for k, v in final.items() if k.startswith(("eval/", "reward/", "success/"))}
     out.print(f"done: {cfg.train.steps} steps in {cfg.train.out_dir} · {shown}")
+
+
+SWEEP_HELP = """Train the same configuration once per seed and summarise the seeds together: OUT/seed-N/ holds each
+run (train.resume=true: an interrupted seed continues, a finished one is skipped); OUT/summary.md, summary.json
+and curves.png give held-out success before and after per seed, mean ± std, median, min, and how many seeds
+learned. Options as for train, plus:
+
+\b
+  sweep.seeds=0-9         seeds to train (0-9, 0,3,7 or 5); `seeds=` is the same
+  sweep.parallel=1        runs at a time (each its own process; a GPU or a big machine takes several)
+  sweep.out_dir=runs/sweep
+  sweep.learned_gain=0.2  a seed learned when held-out success rose by at least this
+
+\b
+Example:  selfevolve sweep seeds=0-9 sweep.out_dir=runs/sweep-default"""
+
+
+@app.command(
+    help=SWEEP_HELP,
+    short_help="Train once per seed (sweep.seeds=0-9) and summarise across seeds.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def sweep(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+    from selfevolve.errors import SelfEvolveError
+    from selfevolve.sweep import make_spec, run_sweep
+
+    _quiet_libraries()
+    try:
+        spec = make_spec(args or [])
+        summary = run_sweep(spec, console=err)
+    except SelfEvolveError as e:
+        _fail(str(e))
+    except KeyboardInterrupt as stop:
+        raise typer.Exit(exit_code(stop))
+    n, a = len(summary["per_seed"]), summary["after"]
+    result = "" if a["mean"] is None else f"; held-out success {100 * a['mean']:.1f} ± {100 * a['std']:.1f} %"
+    missing = f"; not finished: seeds {summary['missing']}" if summary["missing"] else ""
+    out.print(f"{summary['learned']} of {n} seeds learned{result}{missing}; {spec.out_dir / 'summary.md'}",
+              highlight=False, soft_wrap=True)
 
 
 EVAL_HELP = """Evaluate a run folder (its latest checkpoint) or a checkpoint folder on held-out tasks and print the

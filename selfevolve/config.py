@@ -32,6 +32,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     RewardConfig,
     AttributionConfig,
     FilterConfig,
+    SamplingConfig,
     RolloutConfig,
     SearchConfig,
     ExperienceConfig,
@@ -59,6 +60,7 @@ class Config(_Section):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     experience: ExperienceConfig = Field(default_factory=ExperienceConfig)

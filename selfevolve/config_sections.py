@@ -220,6 +220,23 @@ class FilterConfig(_Section):
     drop_zero_std: bool = Field(False, description="Also drop every group whose rewards are all equal.")
 
 
+class SamplingConfig(_Section):
+    """Which tasks a step trains on (issue 39: every seed learns): dynamic sampling and learnability selection."""
+
+    dynamic: bool = Field(False, description="DAPO's dynamic sampling: play new tasks until train.tasks_per_step "
+                          "groups have rewards that differ (a group whose rollouts all scored the same has zero "
+                          "advantage), up to sampling.max_rounds rounds; only those groups are trained on. The "
+                          "extra rollouts are counted in sampling/* metrics and in the step's time.")
+    max_rounds: int = Field(3, ge=1, le=20, description="Rounds of rollouts a step may play with sampling.dynamic.")
+    tasks: Literal["stream", "learnability"] = Field(
+        "stream", description="stream: each step takes the next training seeds; learnability: tasks drawn with "
+        "weight p(1-p) + sampling.floor from the tasks already played (p: their estimated success rate) and "
+        "fresh ones (at the prior), so that tasks always or never solved stop taking the batch.")
+    prior: float = Field(0.5, gt=0, lt=1, description="learnability: the success rate assumed for a new task.")
+    prior_weight: float = Field(2.0, gt=0, description="learnability: how many attempts the prior counts as.")
+    floor: float = Field(0.05, ge=0, le=1, description="learnability: weight added to every task's p(1-p).")
+
+
 class RolloutConfig(_Section):
     search: Literal["sample", "best_of_n", "beam", "lookahead"] = Field(
         "sample", description="How training trajectories are generated (docs/search.md): sample (one rollout per "

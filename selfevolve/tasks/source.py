@@ -1,14 +1,17 @@
-"""Where tasks come from: seeds of an environment, split into training and held-out evaluation ranges.
+"""Where tasks come from: seeds of an environment, split into training and held-out evaluation tasks.
 
 A task is an environment seed (the seed fixes the map/room). Training seeds count up from 0 and a cursor
-records how far a run has gone, so a resumed run continues with the very next task. Evaluation seeds start at
-``seed_offset`` (10^6 by default) and are never trained on.
+records how far a run has gone, so a resumed run continues with the very next task. Held out means never seen,
+by content rather than by seed (``envs/holdout.py``): the environment's ``split="test"`` only ever starts
+content that ``split="train"`` never does, and evaluation takes the first ``n`` *distinct* contents from the
+seeds at ``seed_offset`` (10^6 by default) on.
 """
 
 from __future__ import annotations
 
 import random
 
+from selfevolve.envs.holdout import digest
 from selfevolve.types import Task
 
 
@@ -38,6 +41,52 @@ class SeedTasks:
         self.cursor += n
         return tasks
 
+    # What every task source offers the trainer (``tasks/learnability.py`` keeps a record; the stream needs none).
+    @property
+    def stream(self) -> "SeedTasks":
+        """The plain seed stream (the warm start's expert episodes come from it)."""
+        return self
 
-def eval_tasks(env_name: str, n: int, seed_offset: int = 1_000_000) -> list[Task]:
-    return [make_task(env_name, seed_offset + i, split="eval") for i in range(n)]
+    def update(self, trajectories) -> None:
+        """Told what a step's rollouts achieved; the stream does not care."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}  # the cursor alone restores the stream (checkpointed as the task cursor)
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def eval_tasks(env, n: int, seed_offset: int = 1_000_000, max_seeds: int | None = None) -> list[Task]:
+    """The held-out tasks: the first ``n`` seeds from ``seed_offset`` on whose content (``env.content_key()``
+    after ``env.reset(seed)``) no earlier one had. ``env`` is a probe environment of the evaluation's options
+    (its test split). Fewer than ``n`` when the split holds fewer distinct contents within ``max_seeds`` seeds
+    (50·n by default): a 3×3 FrozenLake has about 15 held-out maps."""
+    name = getattr(env, "name", type(env).__name__)
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for i in range(max_seeds or max(50 * n, 1000)):
+        if len(tasks) == n:
+            break
+        env.reset(seed_offset + i)
+        key = digest(env.content_key())
+        if key not in seen:
+            seen.add(key)
+            task = make_task(name, seed_offset + i, split="eval")
+            task.content = key
+            tasks.append(task)
+    return tasks
+
+
+def make_task_source(cfg, env_name: str):
+    """The training tasks of a run: the seed stream, or learnability selection over it (``sampling.tasks``)."""
+    stream = SeedTasks(env_name, seed=cfg.seed)
+    if cfg.sampling.tasks == "stream":
+        return stream
+    from selfevolve.tasks.learnability import LearnabilityTasks
+
+    s = cfg.sampling
+    return LearnabilityTasks(stream, prior=s.prior, prior_weight=s.prior_weight, floor=s.floor, seed=cfg.seed)

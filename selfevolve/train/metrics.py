@@ -21,13 +21,22 @@ from selfevolve.types import Trajectory
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """The step's rollouts: reward, success, valid replies, turns; ``rollout/entropy``, the sampling policy's mean
+    entropy per generated token (nats; it falls before a collapse); ``groups/zero_spread``, the share of groups
+    whose rollouts all got the same reward (zero advantage: no gradient from them)."""
     n = max(len(trajs), 1)
     steps = [s for t in trajs for s in t.steps]
+    entropies = [e for s in steps for e in s.entropy]
+    groups: dict[str, list[float]] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t.reward)
     return {
         "reward/mean": sum(t.reward for t in trajs) / n,
         "success/rate": sum(t.success for t in trajs) / n,
         "valid/rate": sum(s.valid for s in steps) / max(len(steps), 1),
         "turns/mean": len(steps) / n,
+        **({"rollout/entropy": sum(entropies) / len(entropies)} if entropies else {}),
+        "groups/zero_spread": sum(max(g) - min(g) <= 1e-9 for g in groups.values()) / max(len(groups), 1),
         **intent_success(trajs, "success/intent/"),
     }
 

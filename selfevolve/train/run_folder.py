@@ -14,7 +14,7 @@ from selfevolve.models.llm import LOG as LLM_LOG
 from selfevolve.untrusted import load_yaml
 
 # Sections that define a run: resuming with different values would silently train something else.
-RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "rollout", "search", "experience")
+RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "sampling", "rollout", "search", "experience")
 # JSONL records keyed by step
 STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", LLM_LOG)
 RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)

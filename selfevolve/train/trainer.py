@@ -42,7 +42,8 @@ from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.rollout.collect import make_rollouts
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
-from selfevolve.tasks.source import SeedTasks
+from selfevolve.rollout.dynamic_sampling import sample_with_spread
+from selfevolve.tasks.source import make_task_source
 from selfevolve.train.build import (CRITICS, build_policy, build_prompt, load_init_adapter,  # noqa: F401
                                     resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
 from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_checkpoint, refusing, save_checkpoint
@@ -92,12 +93,13 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
-        self.tasks = SeedTasks(getattr(self.env_cls, "name", self.env_cls.__name__), seed=cfg.seed)
+        self.tasks = make_task_source(cfg, getattr(self.env_cls, "name", self.env_cls.__name__))
         self.rng = random.Random(cfg.seed)
         self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
         self.step = 0
         self.resumed = False
         self.last_eval: dict[str, float] = {}
+        self.seen: set[str] = set()  # digests of the task contents trained on (envs/holdout.py)
         init_out_dir(self.cfg, self.out_dir)
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
@@ -143,6 +145,8 @@ class Trainer:
         self.step = st["step"]
         self.tasks.cursor = st.get("task_cursor", 0)
         self.last_eval = st.get("last_eval", {})
+        self.seen = set(st.get("seen", []))
+        self.tasks.load_state_dict(st.get("tasks", {}))
         rng = data["rng"]
         self._experience_rng = rng.get("experience")
         self.rng.setstate(rng["python"])
@@ -164,7 +168,8 @@ class Trainer:
             self.step,
             adapter=self.policy.adapter_state(),
             optimizer=self.optimizer,
-            state={"task_cursor": self.tasks.cursor, "last_eval": self.last_eval},
+            state={"task_cursor": self.tasks.cursor, "last_eval": self.last_eval, "seen": sorted(self.seen),
+                   "tasks": self.tasks.state_dict()},
             rng={"python": self.rng.getstate(), "torch": torch.get_rng_state(), "sampler": self.generator.get_state(),
                  **({"experience": self.experience.rng.getstate()} if self.experience is not None else {})},
             config_yaml=yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False),
@@ -173,12 +178,26 @@ class Trainer:
 
     # ---- one step ---------------------------------------------------------------------------------------------
     def collect(self) -> tuple[list[Trajectory], RolloutStats]:
-        """The step's rollouts: search here, sampling through the configured backend (rollout/collect.py)."""
-        tasks = self.tasks.next(self.cfg.train.tasks_per_step)
+        """The step's rollouts: search here, sampling through the configured backend (rollout/collect.py); with
+        ``sampling.dynamic``, rounds of them until the step has its groups with a reward spread."""
+        n, s = self.cfg.train.tasks_per_step, self.cfg.sampling
+        if not s.dynamic:
+            trajs, stats = self._play(self.tasks.next(n))
+        else:
+            trajs, rounds, metrics = sample_with_spread(self.tasks.next, self._play, n, s.max_rounds)
+            stats = RolloutStats(*(sum(getattr(r, f) for r in rounds)
+                                   for f in ("seconds", "prompt_tokens", "new_tokens", "generate_calls")))
+            self.search_metrics.update(metrics)
+        self.search_metrics.update(self.tasks.metrics())
+        return trajs, stats
+
+    def _play(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
         if self.search.name != "sample":
-            return self._search(tasks)
-        trajs, stats, metrics = self.rollouts.collect(self.policy, tasks, self.step)
-        self.search_metrics.update(metrics)
+            trajs, stats = self._search(tasks)
+        else:
+            trajs, stats, metrics = self.rollouts.collect(self.policy, tasks, self.step)
+            self.search_metrics.update(metrics)
+        self.tasks.update(trajs)  # what each task's rollouts achieved (sampling.tasks=learnability draws by it)
         return trajs, stats
 
     def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
@@ -201,6 +220,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.search_metrics: dict[str, float] = {}
         trajs, stats = self.collect()
+        self.seen.update(t.task.content for t in trajs)
         judged = self.judge_outcomes(trajs)
         attributed = self.attribute(trajs)
         t1 = time.perf_counter()
@@ -327,6 +347,7 @@ class Trainer:
             episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
             seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
             experience=self.experience if e.experience == "on" else None, accumulate=e.accumulate, chunk=e.chunk,
+            seen=self.seen,
         )
 
     # ---- the loop ---------------------------------------------------------------------------------------------
@@ -385,8 +406,9 @@ class Trainer:
         losses = []
         for k in range(n):
             progress.update(bar, description=f"warm start {k + 1}/{n} (imitating the expert)")
-            tasks = self.tasks.next(cfg.train.warm_start_tasks or cfg.train.tasks_per_step * cfg.algo.group_size)
+            tasks = self.tasks.stream.next(cfg.train.warm_start_tasks or cfg.train.tasks_per_step * cfg.algo.group_size)
             trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
+            self.seen.update(t.task.content for t in trajs)
             rows = build_rows(trajs, [0.0] * len(trajs))
             st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
             losses.append(st["loss/bc"])
