@@ -1,7 +1,9 @@
-# a poll call: wait, then send back everything under /tmp/r but checkpoints (split in 15 MB parts)
+# wait, then send back what the jobs wrote under /tmp/r (no checkpoints or TensorBoard), in parts of 15 MB
 sleep ${1:-0}
 cat /tmp/r/timeline.txt 2>/dev/null
-cd /tmp/r 2>/dev/null && tar czf - --exclude=checkpoints --exclude=tensorboard . | split -b 15000000 -d - $OUT/snap.tgz.
-for f in /tmp/r/*.txt; do echo "== $f"; tail -4 $f; done
-ls /tmp/r/attr_shop 2>/dev/null; for m in /tmp/r/attr_shop/*/metrics.jsonl; do echo "$m $(wc -l < $m)"; done 2>/dev/null
+tail -3 /tmp/r/tests1.txt /tmp/r/tests2.txt 2>/dev/null
+for s in /tmp/r/*/; do echo "$s: $(ls -d $s/seed-*/sweep_done.json 2>/dev/null | wc -l) seeds done; steps: $(for m in $s/seed-*/metrics.jsonl; do tail -1 $m | cut -c1-12; done 2>/dev/null | tr '\n' ' ')"; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+cd /tmp/r && tar czf - --exclude=checkpoints --exclude=tensorboard --exclude=trajectories.jsonl . \
+  | split -b 15000000 -d - $OUT/snap.tgz.
+ls -la $OUT
