@@ -30,7 +30,7 @@ from bench_rollout import instrumented, run_engine
 from selfevolve.envs import make_env
 from selfevolve.rollout.collect import play_episodes
 from selfevolve.rollout.runner import RolloutStats
-from selfevolve.tasks.source import eval_tasks
+from selfevolve.tasks.source import seed_tasks
 
 CACHES = {"dynamic": DynamicCache, "growing": generation.GrowingCache}
 
@@ -64,7 +64,7 @@ def main() -> None:
     args, cfg, policy, env_cls, builder, step_set = step_batch(__doc__.split("\n\n")[0], own_arguments)
     env_opts = cfg.env.options()
     max_turns = make_env(env_cls, **env_opts).max_turns
-    eval_set = eval_tasks(cfg.env.name, args.episodes, 1_000_000)
+    eval_set = seed_tasks(cfg.env.name, args.episodes, 1_000_000)
     run_engine(policy, builder, eval_set[:2], env_cls, env_opts, 1, True)  # first-call costs, untimed
 
     summary = []

@@ -44,7 +44,7 @@ from selfevolve.agent.parsing import parse_action
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
 from selfevolve.rollout.runner import RolloutStats, rollout
-from selfevolve.tasks.source import eval_tasks
+from selfevolve.tasks.source import seed_tasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -175,7 +175,7 @@ def _memory_traffic(stats, r0) -> None:
 
 def warm_up(policy, builder, env_cls, env_opts):
     """One tiny call of each path so that first-call costs (thread pools, kernel selection) are not timed."""
-    tasks = eval_tasks(getattr(env_cls, "name", env_cls.__name__), 2, seed_offset=5_000_000)
+    tasks = seed_tasks(getattr(env_cls, "name", env_cls.__name__), 2, seed_offset=5_000_000)
     run_engine(policy, builder, tasks, env_cls, env_opts, 1, True)
     run_naive(policy, builder, tasks[:1], env_cls, env_opts, 1, True)
 
@@ -280,7 +280,7 @@ def main(argv=None):
     builder = build_prompt(cfg, policy, probe)
     load_s = time.perf_counter() - t
     max_turns = args.max_turns or probe.max_turns
-    tasks = eval_tasks(getattr(env_cls, "name", env_cls.__name__), args.episodes, args.seed_offset)
+    tasks = seed_tasks(getattr(env_cls, "name", env_cls.__name__), args.episodes, args.seed_offset)
     n_body, n_head = param_counts(policy.model)
     # measured with the run's threads and dtype, on whatever machine this is
     peak = args.peak_gflops or measured_limit(DTYPES[args.dtype], str(policy.device))

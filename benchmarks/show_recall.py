@@ -18,7 +18,7 @@ from selfevolve.experience.guide import Experience  # noqa: E402
 from selfevolve.experience.recall import s1_similarity, s2_tool_coverage, s3_intent  # noqa: E402
 from selfevolve.experience.records import history_text, tool_sequence  # noqa: E402
 from selfevolve.rollout.runner import rollout  # noqa: E402
-from selfevolve.tasks.source import eval_tasks  # noqa: E402
+from selfevolve.tasks.source import seed_tasks  # noqa: E402
 from selfevolve.train.trainer import build_policy, build_prompt  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def main() -> None:
     builder = build_prompt(cfg, policy, make_env(env_cls))
     with tempfile.TemporaryDirectory() as tmp:
         exp = Experience.build(cfg, tmp, policy, env_cls, {}, args.world)
-        task = eval_tasks(args.world, args.task + 1, cfg.eval.seed_offset)[args.task]
+        task = seed_tasks(args.world, args.task + 1, cfg.eval.seed_offset)[args.task]
         env = make_env(env_cls, split="test")
         traj = rollout(policy, [env], [task], builder, max_turns=env.max_turns, greedy=True,
                        guide=exp.guide([task], 1, training=False))[0]

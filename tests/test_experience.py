@@ -24,7 +24,7 @@ from selfevolve.experience.pool import ExperiencePool, NewItem
 from selfevolve.experience.recall import Query, SeerRecall, Weights, s2_tool_coverage, s3_intent, seer_scores, top_k
 from selfevolve.models.llm import LLM
 from selfevolve.rollout.runner import rollout
-from selfevolve.tasks.source import eval_tasks
+from selfevolve.tasks.source import seed_tasks
 from selfevolve.train.samples import Row, build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Task, Trajectory
@@ -198,7 +198,7 @@ def test_eta_split_counts(policy):
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "experience.navigate=true", "experience.eta=0.5",
                                  "experience.seed_examples=0"])
     exp = Experience(cfg, None, policy, ENVS["frozenlake"], {}, "frozenlake")
-    tasks = [t for t in eval_tasks("frozenlake", 2) for _ in range(3)]
+    tasks = [t for t in seed_tasks("frozenlake", 2) for _ in range(3)]
     assert exp.guide(tasks, 3, training=True).guided == [True, True, False] * 2
     assert exp.guide(tasks, 3, training=False).guided == [True] * 6  # evaluation: every episode
 
@@ -214,7 +214,7 @@ def guided_rollout(policy):
                           key_text="walking on a frozen lake"),
                   NewItem(kind="insight", text="Never walk into the edge of the map.",
                           key_text="moving on a grid")], step=0, origin="extracted")
-    tasks = [t for t in eval_tasks("frozenlake", 2) for _ in range(4)]
+    tasks = [t for t in seed_tasks("frozenlake", 2) for _ in range(4)]
     envs = [make_env(env_cls, size=3) for _ in tasks]
     builder = build_prompt(cfg, policy, envs[0])
     trajs = rollout(policy, envs, tasks, builder, max_turns=3, group_ids=[t.id for t in tasks],

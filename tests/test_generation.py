@@ -123,7 +123,7 @@ def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
                        greedy=True, prefix_ids=prefix)
         generate(policy.model, [s + [8] for s in gen.state.seqs], max_new_tokens=2, stop_ids={2}, pad_id=2,
                  greedy=True, state=gen.state)
-        ids = torch.tensor([prefix + [5, 6], prefix + [7, 8]])
+        ids = torch.tensor([prefix + [5, 6], prefix + [7, 8]], device=policy.device)
         loss_mask = torch.zeros_like(ids)
         loss_mask[:, -1] = 1
         policy.forward_rows(ids, torch.ones_like(ids), loss_mask, prefix_len=len(prefix))

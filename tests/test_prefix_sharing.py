@@ -80,7 +80,7 @@ def forwards(dtype: str):
     policy = build_policy(load_config(overrides=["model.name=tiny", f"model.dtype={dtype}"]))
     policy.attach_value_head()
     rows = [A1, A2, A3, B1]
-    b = collate(rows, policy.pad_id)
+    b = collate(rows, policy.pad_id, policy.device)
     body, _ = policy._body_and_head()
     fed = []
     forward = body.forward
@@ -134,7 +134,7 @@ def test_the_tree_forward_in_bf16_stays_within_bf16_rounding_of_the_plain_one():
 
 def test_a_loss_inside_the_shared_prefix_is_refused():
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
-    b = collate([A1, A2], policy.pad_id)  # the same first 28 ids, a generated token at 21
+    b = collate([A1, A2], policy.pad_id, policy.device)  # the same first 28 ids, a generated token at 21
     with pytest.raises(AssertionError, match="shared prefix"):
         policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=25,
                             cuts=[turn_cuts(A1), turn_cuts(A2)])
@@ -145,7 +145,7 @@ def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
     body, _ = policy._body_and_head()
     own = body.config._attn_implementation
-    b = collate([A1, A2, B1], policy.pad_id)
+    b = collate([A1, A2, B1], policy.pad_id, policy.device)
     cuts = [turn_cuts(r) for r in (A1, A2, B1)]
     policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts)
     assert body.config._attn_implementation == own
@@ -166,7 +166,7 @@ def test_models_whose_attention_the_tree_cannot_stand_in_for_are_encoded_plainly
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
     body, _ = policy._body_and_head()
     rows = [A1, A2, B1]
-    b = collate(rows, policy.pad_id)
+    b = collate(rows, policy.pad_id, policy.device)
     cuts = [turn_cuts(r) for r in rows]
     tree, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"], prefix_len=P, cuts=cuts)
     fed = []

@@ -12,7 +12,7 @@ from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
 from selfevolve.rollout.runner import RolloutStats, rollout
-from selfevolve.tasks.source import SeedTasks, eval_tasks
+from selfevolve.tasks.source import SeedTasks, seed_tasks
 from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 
@@ -99,7 +99,7 @@ def test_finished_environments_leave_the_batch(policy):
 
     cfg = load_config(overrides=["model.name=tiny"])
     builder = build_prompt(cfg, policy, make_env(OneShot))
-    tasks = eval_tasks("frozenlake", 3)
+    tasks = seed_tasks("frozenlake", 3)
     stats = RolloutStats()
     trajs = rollout(policy, [make_env(OneShot) for _ in tasks], tasks, builder, max_turns=4,
                     generator=torch.Generator().manual_seed(0), stats=stats)
@@ -110,7 +110,7 @@ def test_invalid_replies_are_penalised_not_fatal(policy):
     """The random tiny model writes gibberish: every step is an invalid action with the penalty, no exception."""
     cfg = load_config(overrides=["model.name=tiny"])
     builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
-    tasks = eval_tasks("frozenlake", 2)
+    tasks = seed_tasks("frozenlake", 2)
     trajs = rollout(policy, [make_env(FrozenLakeEnv, max_turns=2) for _ in tasks], tasks, builder, max_turns=2,
                     greedy=True)
     for t in trajs:
@@ -124,7 +124,7 @@ def test_cache_reuse_across_turns_is_exact(policy):
     that re-encode every prompt, while encoding fewer prompt tokens."""
     cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
     builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
-    tasks = eval_tasks("frozenlake", 3)
+    tasks = seed_tasks("frozenlake", 3)
     runs = {}
     for reuse in (True, False):
         stats = RolloutStats()
@@ -153,7 +153,7 @@ def test_reply_prefix_is_part_of_the_prompt_and_of_the_action_text(policy):
     the cache between turns gives the same steps as re-encoding."""
     cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
     builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
-    tasks = eval_tasks("frozenlake", 2)
+    tasks = seed_tasks("frozenlake", 2)
     prefix = policy.tokenizer.encode("Ri", add_special_tokens=False)
     runs = [rollout(policy, [make_env(PrefixedLake, max_turns=3) for _ in tasks], tasks, builder, max_turns=3,
                     greedy=True, reuse_cache=reuse) for reuse in (True, False)]
@@ -181,7 +181,7 @@ def test_beam_search_refuses_a_reply_prefix(policy):
 
     cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
     builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
-    tasks = eval_tasks("frozenlake", 1)
+    tasks = seed_tasks("frozenlake", 1)
     for name in ("beam", "lookahead"):
         with pytest.raises(ValueError, match="PrefixedLake sets one"):
             search_rollouts(policy, PrefixedLake, tasks, builder, SearchSpec(name), max_turns=2)

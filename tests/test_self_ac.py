@@ -165,7 +165,7 @@ def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollou
         with torch.no_grad():
             batch, logp, _, values = episode_forward(policy, eps)
             rows = build_rows(trajs, [0.0] * len(trajs))
-            rb = collate(rows, policy.pad_id)
+            rb = collate(rows, policy.pad_id, policy.device)
             plain, _ = policy.action_logprobs(rb["input_ids"], rb["attention_mask"], rb["loss_mask"])
             body = policy.model.get_base_model().get_decoder()
             separate = torch.zeros_like(values)
@@ -236,7 +236,7 @@ def test_episode_values_match_the_update_forward(rollouts):
         _, _, _, values = episode_forward(policy, eps)
     got = episode_values(policy, eps, micro_batch_tokens=64)  # one episode per micro-batch
     for b, e in enumerate(eps):
-        close(got[b], values[b, : len(e.cp_end)])
+        close(got[b], values[b, : len(e.cp_end)].cpu())
 
 
 @pytest.mark.parametrize("extra", [[], ["algo.self_ac.ratio=turn", "algo.kl_coef=0.05"]])

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file
 
 from selfevolve import StepResult, TextEnv, Trainer, load_config
+from selfevolve.models.loading import default_device
 from selfevolve.rollout.runner import rollout
-from selfevolve.tasks.source import eval_tasks
+from selfevolve.tasks.source import seed_tasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
 FAST = [
@@ -73,7 +74,7 @@ def test_reward_rises_on_a_trivial_user_defined_env(tmp_path, algo):
     # pick the magic word: the first word the untrained model says most often
     policy = build_policy(cfg)
     builder = build_prompt(cfg, policy, MagicWord())
-    tasks = eval_tasks("magic", 64)
+    tasks = seed_tasks("magic", 64)
     trajs = rollout(policy, [MagicWord() for _ in tasks], tasks, builder, max_turns=1,
                     generator=torch.Generator().manual_seed(0))
     words = collections.Counter((t.steps[0].action_text.split() or [""])[0] for t in trajs)
@@ -105,11 +106,13 @@ def test_resume_gives_the_same_result_as_an_uninterrupted_run(tmp_path, algo):
     a = {m["step"]: m for m in metrics(straight)}
     b = {m["step"]: m for m in metrics(resumed)}
     assert sorted(b) == [0, 1, 2, 3]  # each step once, including the one redone after the resume
+    # exact on the CPU; GPU kernels (atomics in the backward, bf16) are not bit-reproducible: 1e-5 there
+    tol = 1e-7 if default_device().type == "cpu" else 1e-5
     for key in ("reward/mean", "loss/actor" if "self_ac" in algo else "loss/policy", "grad_norm"):
-        assert a[3][key] == pytest.approx(b[3][key], rel=1e-5, abs=1e-7), key
+        assert a[3][key] == pytest.approx(b[3][key], rel=1e-5, abs=tol), key
     # the update's entropy is measured on the rows it runs: absent when all were idle (zero advantage), in both
     assert ("entropy" in a[3]) == ("entropy" in b[3])
-    assert a[3].get("entropy", 0.0) == pytest.approx(b[3].get("entropy", 0.0), rel=1e-5, abs=1e-7)
+    assert a[3].get("entropy", 0.0) == pytest.approx(b[3].get("entropy", 0.0), rel=1e-5, abs=tol)
     wa = load_file(str(straight / "checkpoints" / "step-3" / "adapter.safetensors"))
     wb = load_file(str(resumed / "checkpoints" / "step-3" / "adapter.safetensors"))
     assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)

@@ -103,11 +103,12 @@ def test_grouped_attention_reads_the_key_value_heads_without_copies_and_changes_
 
     from selfevolve.models.compat import SDPA_GQA_ENV, prefer_grouped_attention
 
-    assert os.environ.get(SDPA_GQA_ENV) == "1"  # set when the policy's model was loaded
+    # set when the policy's model was loaded onto the CPU; a CUDA model takes the switch back (its fused kernels)
+    assert os.environ.get(SDPA_GQA_ENV) == ("1" if policy.device.type == "cpu" else None)
     copies = []
     repeat_kv = sdpa.repeat_kv
     monkeypatch.setattr(sdpa, "repeat_kv", lambda x, n: copies.append(n) or repeat_kv(x, n))
-    ids = torch.tensor([list(range(100, 112)), list(range(200, 212))])
+    ids = torch.tensor([list(range(100, 112)), list(range(200, 212))], device=policy.device)
     mask = torch.ones_like(ids)
     mask[1, -3:] = 0  # padding: a mask goes to the attention
     loss_mask = torch.zeros_like(ids)

@@ -60,6 +60,12 @@ class SeedTasks:
         pass
 
 
+def seed_tasks(env_name: str, n: int, seed_offset: int = 1_000_000) -> list[Task]:
+    """``n`` tasks on consecutive seeds from ``seed_offset``, whatever their content (benchmarks and tests that
+    need some episodes; a held-out set is :func:`eval_tasks`)."""
+    return [make_task(env_name, seed_offset + i, split="eval") for i in range(n)]
+
+
 def eval_tasks(env, n: int, seed_offset: int = 1_000_000, max_seeds: int | None = None) -> list[Task]:
     """The held-out tasks: the first ``n`` seeds from ``seed_offset`` on whose content (``env.content_key()``
     after ``env.reset(seed)``) no earlier one had. ``env`` is a probe environment of the evaluation's options
