@@ -241,3 +241,22 @@ def test_weights_that_overflow_in_the_step_stop_the_run():
     with pytest.raises(NonFinite, match="the gradient norm is (inf|nan) at optimizer step 1"):
         safe_step(torch.optim.SGD([q], lr=0.1), [q], 1.0, {}, 0)
     assert torch.equal(q.detach(), torch.ones(3))  # refused before the step
+
+
+# ---- eval and export of a run whose model folder holds a pickle ------------------------------------------------
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_and_export_refuse_pickled_model_weights(files, tmp_path, command):
+    """A shared run may name a model folder whose pytorch_model.bin is a crafted pickle: exit 2 naming it
+    (it was an UnpicklingError traceback), and the pickle never runs."""
+    from served_run import make_run
+
+    run, _ = make_run(tmp_path / "run")
+    model = str(files / "pickled_model")
+    for config in (run / "config.yaml", *run.glob("checkpoints/step-*/config.yaml")):
+        if config.exists():
+            config.write_text(config.read_text().replace("name: tiny", f"name: {model}"))
+    extra = ["--out", str(tmp_path / "exported")] if command == "export" else []
+    code, err, output = invoke(command, run, *extra)
+    assert code == 2 and "Traceback" not in output, output[-3000:]
+    assert err.startswith(f"error: model.name='{model}'") and "pickle" in err, err
+    assert not (files / "PWNED").exists() and not (tmp_path / "exported").exists()
