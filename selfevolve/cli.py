@@ -59,9 +59,19 @@ def _split_args(args: list[str]) -> tuple[Optional[str], list[str]]:
 
 
 def _fail(msg: str) -> None:
-    # escape: messages hold paths and lists in brackets, which rich would read as markup
-    err.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    from selfevolve.errors import bounded
+
+    # escape: messages hold paths and lists in brackets, which rich would read as markup; bounded: one line a
+    # person reads, however large the value it quotes
+    err.print(f"[red]error:[/] {escape(bounded(msg))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _check_port(port: int) -> None:
+    """A TCP port is 1-65535 (0 asks for any free one); anything else is a one-line error, not the socket
+    library's OverflowError."""
+    if not 0 <= port <= 65535:
+        _fail(f"--port {port}: a port is 1-65535 (or 0 for any free port)")
 
 
 def _with_config(args: list[str] | None, run):
@@ -211,12 +221,14 @@ def view(
     from selfevolve.errors import SelfEvolveError
     from selfevolve.view.load import load_run
 
+    _check_port(port)
     try:
         run = load_run(run_dir)
     except SelfEvolveError as e:
         _fail(str(e))
     skipped = "".join(f" · {n} bad line(s) in {name} skipped" for name, n in run.summary["skipped"].items())
-    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{skipped}"
+    notes = "".join(f" · {note}" for note in run.summary["notes"])
+    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{skipped}{notes}"
     if serve:
         from selfevolve.view.serve import make_server
 
@@ -270,6 +282,7 @@ def serve(
 ) -> None:
     from selfevolve.errors import SelfEvolveError
 
+    _check_port(port)
     _quiet_libraries()
     try:
         from selfevolve.serve.app import Server, ServeOptions, bind, create_app, load_served_run, limits_for

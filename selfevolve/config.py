@@ -42,7 +42,8 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     EvalConfig,
     DistributedConfig,
 )
-from selfevolve.errors import ConfigError
+from selfevolve.errors import ConfigError, bounded, short_repr
+from selfevolve.untrusted import PlainLoader
 
 
 # every key naming the model of LLM calls beyond the policy (policy, base, a path or openai:MODEL)
@@ -52,7 +53,9 @@ _EXP_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 class Config(_Section):
-    seed: int = Field(0, description="Global seed: model init (tiny), task order, sampling.")
+    # torch's generators take seeds of 64 bits, signed or not (2**64 raised an OverflowError after the model had
+    # loaded)
+    seed: int = Field(0, ge=-2 ** 63, lt=2 ** 64, description="Global seed: model init (tiny), task order, sampling.")
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
@@ -161,15 +164,49 @@ def _fmt_loc(loc) -> str:
     return ".".join(str(p) for p in loc)
 
 
+def _field_at(loc: tuple):
+    """The pydantic field at ``loc`` (a path of section and key names), or None."""
+    cls: Any = Config
+    field = None
+    for part in loc:
+        if not (inspect.isclass(cls) and issubclass(cls, BaseModel)) or not isinstance(part, str):
+            return None
+        field = cls.model_fields.get(part)
+        if field is None:
+            return None
+        cls = field.annotation
+    return field
+
+
 def _allowed_for(loc: tuple) -> str:
     """The allowed keys at the parent of ``loc`` (for 'extra fields not permitted' errors)."""
-    cls: Any = Config
-    for part in loc[:-1]:
-        field = cls.model_fields.get(part) if isinstance(part, str) else None
-        if field is None or not (inspect.isclass(field.annotation) and issubclass(field.annotation, BaseModel)):
-            return ""
-        cls = field.annotation
+    parent = _field_at(loc[:-1]) if loc[:-1] else None
+    cls: Any = Config if not loc[:-1] else getattr(parent, "annotation", None)
+    if not (inspect.isclass(cls) and issubclass(cls, BaseModel)):
+        return ""
     return ", ".join(cls.model_fields)
+
+
+def _bound(value: Any) -> str:
+    if isinstance(value, int) and abs(value) >= 2 ** 32 and abs(value) & (abs(value) - 1) == 0:
+        return f"{'-' if value < 0 else ''}2**{abs(value).bit_length() - 1}"  # 2**64, not 18446744073709551616
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def _allowed_range(loc: tuple) -> str:
+    """'a finite number > 0', 'an integer >= 0 and < 2**64', ... for a numeric field with bounds, else ''."""
+    field = _field_at(loc)
+    if field is None:
+        return ""
+    parts = [f"{sign} {_bound(getattr(m, name))}" for m in field.metadata for name, sign in _BOUNDS
+             if getattr(m, name, None) is not None]
+    if not parts:
+        return ""
+    kind = "an integer" if "int" in str(field.annotation) else "a finite number"
+    return f"{kind} {' and '.join(parts)}" + (" (or null)" if "None" in str(field.annotation) else "")
 
 
 def _validate(data: dict) -> Config:
@@ -183,14 +220,16 @@ def _validate(data: dict) -> Config:
         msg = err["msg"]
         if err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
-            raise ConfigError(msg) from None
-        raise ConfigError(f"{key}: {msg} (got {err.get('input')!r})") from None
+            raise ConfigError(bounded(msg)) from None
+        allowed = _allowed_range(err["loc"])
+        raise ConfigError(f"{key}: {msg} (got {short_repr(err.get('input'))})"
+                          + (f"; allowed: {allowed}" if allowed else "")) from None
 
 
 def _parse_value(text: str) -> Any:
     """YAML scalar parsing for overrides: 3 -> int, 0.5 -> float, true -> bool, null -> None, [a,b] -> list."""
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=PlainLoader)  # noqa: S506 - safe, and without aliases (see load_config)
     except yaml.YAMLError:
         return text
     # YAML 1.1 reads 1e-2 as a string (it wants 1.0e-2); users mean a number.
@@ -217,21 +256,37 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Defaults, then the YAML file (if any), then the overrides."""
     data: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: malformed YAML: {str(e).splitlines()[0]} ({_yaml_where(e)})") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, env:, ...)")
-        data = loaded
+        data = _read_yaml(Path(path))
     for o in overrides or []:
         apply_override(data, o)
     return _validate(data)
+
+
+def _read_yaml(path: Path) -> dict:
+    """A config file's sections. Refused: a missing file, one that is not UTF-8 text, malformed YAML, aliases
+    (``*a``: nested ones expand exponentially once the config is copied or saved), a top level that is not a
+    mapping, and an empty file (a file given on purpose that says nothing is more likely a mistake, such as
+    an unsaved editor buffer, than a wish for the defaults; leave the file out for those)."""
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}); a config is YAML text") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path} ({e.strerror or e})") from None
+    try:
+        loaded = yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader without aliases
+    except yaml.YAMLError as e:
+        raise ConfigError(bounded(f"{path}: malformed YAML: {str(e).splitlines()[0]} ({_yaml_where(e)})")) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
+    if loaded is None:
+        raise ConfigError(f"{path} holds no settings (it is empty or only comments); leave the file out to use "
+                          f"the defaults")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (model:, env:, ...)")
+    return loaded
 
 
 def _yaml_where(e: yaml.YAMLError) -> str:

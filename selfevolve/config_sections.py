@@ -11,14 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+    # allow_inf_nan=False: no option means anything at .inf or .nan (algo.lr=.inf made every adapter tensor NaN
+    # after one step), so every float of every section must be finite
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True,
+                              allow_inf_nan=False)
 
 
 class LoraConfig(_Section):
     r: int = Field(16, ge=1, description="LoRA rank.")
     alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     target_modules: list[str] = Field(
-        ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get LoRA adapters."
+        ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="Module names that get LoRA adapters."
     )
     top_layers: int | None = Field(
         None, ge=1, description="Adapt only the last N decoder layers (null: all). The backward then stops at the "
@@ -75,7 +78,9 @@ class AgentConfig(_Section):
     few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
     think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
     max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training rollouts.")
+    # Below 0.01 sampling is greedy in effect, while the update's log-probs (logits / T) grow by 100x and more:
+    # 1e-300 divided fp32 logits into inf and NaN.
+    temperature: float = Field(1.0, ge=0.01, description="Sampling temperature of training rollouts.")
 
 
     @model_validator(mode="after")
@@ -142,7 +147,9 @@ class AlgoConfig(_Section):
     ppo: PpoConfig = Field(default_factory=PpoConfig)
     self_ac: SelfAcConfig = Field(default_factory=SelfAcConfig)
     group_size: int = Field(8, ge=1, description="G: rollouts per task from the same start state.")
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA parameters.")
+    # AdamW moves each weight by about lr per step: above 1 one step wipes out the adapter (and above 3.4e38 the
+    # optimizer cannot even convert lr to float32)
+    lr: float = Field(2e-4, gt=0, le=1, description="AdamW learning rate of the LoRA parameters.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     epochs: int = Field(1, ge=1, description="PPO epochs over each batch of rollouts.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
@@ -154,9 +161,12 @@ class AlgoConfig(_Section):
         "keeps; forwards of rows without a shared prefix count padded tokens. An episode longer than this is one "
         "chunk on its own (a sequence is never split).",
     )
-    clip_low: float = Field(0.2, ge=0, description="PPO ratio lower clip epsilon.")
+    # the ratio is clipped below at 1 - clip_low: at 1 or more that bound is 0 or negative, which a ratio never is
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio lower clip epsilon (the ratio's floor is "
+                            "1 - clip_low, so below 1).")
     clip_high: float = Field(0.28, ge=0, description="PPO ratio upper clip epsilon (clip-higher).")
-    dual_clip: float | None = Field(3.0, description="Dual-clip constant c for A<0; null disables.")
+    # dual clip bounds the loss of A < 0 at c·|A|, above the clipped surrogate's (1 + clip_high)·|A| only for c > 1
+    dual_clip: float | None = Field(3.0, gt=1, description="Dual-clip constant c > 1 for A<0; null disables.")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
     kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
@@ -370,6 +380,13 @@ class TrainConfig(_Section):
     out_dir: str = Field("runs/default", description="Run folder: config, checkpoints, metrics, trajectories.")
     resume: bool = Field(False, description="Continue the run in out_dir from its last checkpoint.")
     overwrite: bool = Field(False, description="Allow out_dir to hold a different run (it is replaced).")
+
+    @model_validator(mode="after")
+    def _resume_or_overwrite(self):
+        if self.resume and self.overwrite:
+            raise ValueError("train.resume=true continues the run in train.out_dir and train.overwrite=true "
+                             "replaces it: set only one of them")
+        return self
     warm_start_steps: int = Field(
         10,
         ge=0,

@@ -98,21 +98,21 @@ def loads_json(text: str) -> Any:
         raise json.JSONDecodeError(str(e), text, 0) from None
 
 
-class _PlainLoader(yaml.SafeLoader):
+class PlainLoader(yaml.SafeLoader):
     """YAML's safe loader without aliases: a run's config never uses them, and nested aliases ("billion
     laughs") expand exponentially once the config is copied or dumped."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "aliases are not allowed here", event.start_mark)
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed here", event.start_mark)
         return super().compose_node(parent, index)
 
 
 def load_yaml(text: str, source: str | Path) -> dict[str, Any]:
     """A run folder's config: a YAML mapping of plain data, else a SelfEvolveError naming ``source``."""
     try:
-        data = yaml.load(text, Loader=_PlainLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, RecursionError) as e:
         raise SelfEvolveError(f"{source}: not a valid config ({str(e).splitlines()[0][:200]})") from None
     if data is None:

@@ -50,9 +50,11 @@ def test_yaml_then_overrides(tmp_path):
     assert load_config(path, ["train.steps=1", "train.steps=2"]).train.steps == 2
 
 
-def test_empty_yaml_file_is_defaults(tmp_path):
-    assert load_config(write(tmp_path, "")) == load_config()
-    assert load_config(str(write(tmp_path, "# only a comment\n"))) == load_config()
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"])
+def test_empty_yaml_file_is_refused(tmp_path, text):
+    """A file given on purpose that holds no setting is more likely a mistake than a wish for the defaults."""
+    with pytest.raises(ConfigError, match="holds no settings .* leave the file out to use the defaults"):
+        load_config(write(tmp_path, text))
 
 
 @pytest.mark.parametrize(
@@ -68,7 +70,7 @@ def test_empty_yaml_file_is_defaults(tmp_path):
         ("agent.history=2", lambda c: c.agent.history, 2),
         ("algo.dual_clip=null", lambda c: c.algo.dual_clip, None),
         ("model.lora.target_modules=[q_proj,v_proj]", lambda c: c.model.lora.target_modules, ["q_proj", "v_proj"]),
-        ("model.lora.target_modules=[]", lambda c: c.model.lora.target_modules, []),
+        ("model.lora.target_modules=[o_proj]", lambda c: c.model.lora.target_modules, ["o_proj"]),
         ("train.out_dir=runs/x y", lambda c: c.train.out_dir, "runs/x y"),
         ("model.name=tiny", lambda c: c.model.name, "tiny"),
         ("seed=-1", lambda c: c.seed, -1),

@@ -130,6 +130,18 @@ def test_a_config_with_python_tags_is_refused(run, tmp_path):
     assert not marker.exists()
 
 
+def test_resume_removes_what_a_killed_checkpoint_write_left(run):
+    """kill -9 during a checkpoint write leaves checkpoints/.tmp-* (and latest.tmp) behind: resume removes them."""
+    root = run / "checkpoints"
+    half = root / ".tmp-k1ll3d"
+    half.mkdir()
+    (half / "adapter.safetensors").write_bytes(b"half a file")
+    (root / "latest.tmp").write_text("step-")
+    code, err, output = resume(run)
+    assert code == 0, output
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-1", "step-2"]
+
+
 def test_latest_pointing_outside_the_run_is_not_followed(run):
     (run / "checkpoints" / "latest").write_text("../../../etc")
     (run / "checkpoints" / "step-x").mkdir()  # a folder name that is no step number

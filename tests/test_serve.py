@@ -176,6 +176,31 @@ def test_an_oversized_body_is_refused_before_it_is_read(served):
     assert code == 413 and "at most 1,000,000" in answer["error"]["message"]
 
 
+def test_a_body_that_stops_half_way_gets_a_408_and_the_connection_is_closed(served):
+    """A client that declares 100 bytes and sends 10 once held its connection for as long as it liked."""
+    import socket
+
+    _, ref, _ = served
+    server = Server(create_app(ref, NAME, ServeOptions(limits=Limits(context=2048), body_timeout=0.5)),
+                    bind("127.0.0.1", 0)).start()
+    host, port = server.sock.getsockname()[:2]
+    try:
+        with socket.create_connection((host, port), timeout=30) as sock:
+            start = time.monotonic()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n" + b'{"model": "')
+            answer = b""
+            while chunk := sock.recv(65536):  # until the server closes the connection
+                answer += chunk
+            took = time.monotonic() - start
+    finally:
+        server.stop()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body)["error"]["message"] == "the body did not arrive within 0.5 s"
+    assert 0.5 <= took < 10, took
+
+
 class _SlowPolicy:
     """A policy whose generation never finishes in time (for the request timeout)."""
 

@@ -340,6 +340,21 @@ def test_a_crafted_run_renders_as_text_and_bad_lines_are_skipped(run, tmp_path):
     assert any("5 malformed" in text(p) for p in dom.all("p", "warn"))
 
 
+@pytest.mark.parametrize("how, said", [("missing", "trajectories.jsonl is missing"),
+                                       ("a folder", "trajectories.jsonl is not a file")])
+def test_a_missing_trajectories_file_is_said_not_shown_as_an_empty_run(run, tmp_path, how, said):
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "view.html"))
+    (folder / "trajectories.jsonl").unlink()
+    if how == "a folder":
+        (folder / "trajectories.jsonl").mkdir()
+    result = CliRunner().invoke(app, ["view", str(folder), "--out", str(tmp_path / "v.html")])
+    assert result.exit_code == 0, result.output
+    assert "0 trajectories" in result.output and said in result.output.replace("\n", "")
+    dom = browse((tmp_path / "v.html").as_uri(), tmp_path)
+    assert any(said in text(p) for p in dom.all("p", "warn"))
+
+
 # ---- --serve --------------------------------------------------------------------------------------------------
 
 def test_serve_sends_each_step_on_demand(run, tmp_path):

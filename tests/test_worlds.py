@@ -592,6 +592,87 @@ def test_shop_wrong_solutions_fail():
     assert not env.step(act("finish", answer="ok")).info["success"]
 
 
+# ============================================================================================== shop: permissions
+def _owner(order_id: str) -> str:
+    return next(o["user_id"] for o in DATA["orders"] if o["id"] == order_id)
+
+
+def customers_changed(changes: dict) -> set[str]:
+    """The customers whose rows a diff touches (orders, their items and payments; stock belongs to no one)."""
+    owners = {row["user_id"] if row else _owner(pk) for pk, row in changes.get("orders", {}).items()}
+    owners |= {_owner(pk.split("-")[0]) for pk in changes.get("order_items", {})}
+    owners |= {_owner(pk.split("-")[0]) for pk in changes.get("payments", {})}
+    return owners
+
+
+def _another_customers_write(intent: str, customer: str) -> str:
+    """A valid write of the kind ``intent`` on an order of a customer other than ``customer``."""
+    def order(status, need_alternative=False):
+        return next((o, i) for o in DATA["orders"] if o["status"] == status and o["user_id"] != customer
+                    for i in items_of(o["id"]) if not need_alternative or alternative(i))
+    if intent == "cancel_order":
+        o, _ = order("pending")
+        return act("cancel_order", order_id=o["id"], reason="no longer needed")
+    if intent == "return_item":
+        o, i = order("delivered")
+        return act("return_item", order_id=o["id"], item_id=i["id"])
+    o, i = order("pending" if intent == "modify_item" else "delivered", need_alternative=True)
+    name = "modify_order_item" if intent == "modify_item" else "exchange_item"
+    return act(name, order_id=o["id"], item_id=i["id"], new_variant_id=alternative(i)["id"])
+
+
+def test_shop_goals_change_only_the_requesting_customers_rows():
+    """The permission model (docs/worlds/shop.md): every write task is one customer's request, and its goal
+    changes that customer's rows alone; the customer is the one the request names (an order id of theirs, or
+    their name or email)."""
+    users = {u["id"]: u for u in DATA["users"]}
+    writes = [t for t in ShopEnv(split="all").tasks if t.goal["changes"]]
+    assert len(writes) == 160 + 4 * 24 + 32  # level 2; level 3 but its order_status questions
+    for task in writes:
+        (customer,) = customers_changed(task.goal["changes"])
+        u = users[customer]
+        named = {o["id"] for o in DATA["orders"] if o["user_id"] == customer} | {u["email"],
+                                                                                f"{u['first_name']} {u['last_name']}"}
+        assert any(n in task.instruction for n in named), task.id
+
+
+@pytest.mark.parametrize("intent", ["cancel_order", "return_item", "modify_item", "exchange_item"])
+def test_shop_acting_on_another_customer_fails_the_task(intent):
+    """The agent acts as staff, so the tools accept any customer's order; the verifier fails an episode that
+    changed another customer's order, even when the requested change was made too."""
+    env = ShopEnv(split="all")
+    task = next(t for t in env.tasks if t.intent == intent and t.level == 2)
+    (customer,) = customers_changed(task.goal["changes"])
+    env.load(task)
+    for c in task.solution[:-1]:
+        assert env.step(format_tool_call(c["name"], c["arguments"])).info["tool_error"] is False
+    r = env.step(_another_customers_write(intent, customer))
+    assert r.info["valid_action"] and not r.info["tool_error"], r.observation  # the tool let it through
+    assert len(customers_changed(env.changes())) == 2
+    assert not env.step(act("finish", answer="Done.")).info["success"]
+
+
+def test_shop_staff_may_look_up_any_customer():
+    """Reads are staff work: looking at another customer's records does not fail a task."""
+    env = ShopEnv(split="all")
+    task = next(t for t in env.tasks if t.intent == "cancel_order" and t.level == 2)
+    (customer,) = customers_changed(task.goal["changes"])
+    other = next(o for o in DATA["orders"] if o["user_id"] != customer)
+    env.load(task)
+    ok(env, act("get_order", order_id=other["id"]))
+    ok(env, act("get_user", user_id=other["user_id"]))
+    for c in task.solution:
+        r = env.step(format_tool_call(c["name"], c["arguments"]))
+    assert r.info["success"]
+
+
+def test_shop_find_products_refuses_a_nul(shop):
+    """SQLite ends a LIKE pattern at NUL: 'x\\x00' once matched the whole catalogue."""
+    refused(shop, act("find_products", query="spaceship\x00"), "NUL")
+    refused(shop, act("find_products", query="\x00"), "NUL")
+    assert len(ok(shop, act("find_products", query="backpack"))) == 1
+
+
 # ============================================================================================== tables
 @pytest.fixture
 def tables():
@@ -687,11 +768,19 @@ def test_tables_state_does_not_leak_into_the_next_episode():
 @pytest.mark.parametrize("expression", [
     "__import__('os').system('echo hacked')", "open('/etc/passwd').read()", "x + 1", "(1).__class__",
     "'a' * 3", "[1, 2]", "lambda: 1", "9 ** 9 ** 9", "10 ** 100", "1 / 0", "1 +", "2 ** 0.5 ** -1 * 1e300 * 1e300",
-    "round(1, 2, 3)", "abs()", "max(x=1)", "1" * 400, "True + 1",
+    "round(1, 2, 3)", "abs()", "max(x=1)", "1" * 400, "True + 1", "min(5)", "max(5)", "abs(1, 2)", "min()",
 ])
 def test_calculator_refuses_everything_but_arithmetic(expression):
     with pytest.raises(ToolError):
         calculate_expression(expression)
+
+
+@pytest.mark.parametrize("expression, message", [("min(5)", "min() takes two or more numbers"),
+                                                 ("max(5)", "max() takes two or more numbers"),
+                                                 ("abs(1, 2)", "abs() takes one number")])
+def test_calculator_arity_is_a_tool_error_not_a_python_one(tables, expression, message):
+    """min(5) once came back as 'calculate failed: TypeError ...', a caught Python exception."""
+    refused(tables, act("calculate", expression=expression), message)
 
 
 def test_calculator_arithmetic():

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from selfevolve.agent.context import ContextSpec
 from selfevolve.agent.guidance import NO_GUIDANCE, Guidance
+from selfevolve.agent.special_tokens import encode_rendered, holds_special
 
 THINK_FORMAT = (
     "First think briefly inside <think> </think>, then give your action inside <answer> </answer>."
@@ -147,7 +148,7 @@ class PromptBuilder:
 
 def appended_turn_ids(tokenizer, message: dict, tools: list[dict] | None = None) -> list[int] | None:
     """Template ids between the end of an assistant reply (after its end-of-turn id) and the next assistant
-    opening, with ``message`` in between.
+    opening, with ``message`` in between (its content literal, as in :func:`render_chat`).
 
     Found by rendering a probe chat with and without ``message``; ``None`` when the template does not simply
     append a turn.
@@ -155,12 +156,16 @@ def appended_turn_ids(tokenizer, message: dict, tools: list[dict] | None = None)
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "a"}]
     a = tokenizer.apply_chat_template(base, tools=tools, tokenize=False)
-    b = tokenizer.apply_chat_template(base + [message], tools=tools, tokenize=False, add_generation_prompt=True)
     eot = tokenizer.convert_ids_to_tokens(_im_end_id(tokenizer) or tokenizer.eos_token_id)
     i = a.rfind(eot)
-    if not b.startswith(a) or i < 0:
+
+    def delta(msgs: list[dict]) -> str | None:
+        b = tokenizer.apply_chat_template(base + msgs, tools=tools, tokenize=False, add_generation_prompt=True)
+        return a[i + len(eot):] + b[len(a):] if b.startswith(a) else None
+
+    if i < 0 or delta([message]) is None:
         return None
-    return list(tokenizer.encode(a[i + len(eot):] + b[len(a):], add_special_tokens=False))
+    return encode_rendered(tokenizer, delta, [message])
 
 
 def end_of_turn_ids(tokenizer) -> set[int]:
@@ -199,7 +204,13 @@ def template_has_tool_role(tokenizer) -> bool:
 
 
 def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-    """Token ids of ``messages`` in the model's chat template, ending with the assistant's turn opening."""
+    """Token ids of ``messages`` in the model's chat template, ending with the assistant's turn opening.
+
+    Message contents are text, never control tokens: one holding ``<|im_end|>`` or another special token's
+    string is encoded literally (``agent/special_tokens.py``), so no message can forge a turn."""
+    if any(holds_special(tokenizer, m.get("content")) for m in messages):
+        return encode_rendered(tokenizer, lambda msgs: tokenizer.apply_chat_template(
+            msgs, tools=tools, add_generation_prompt=True, tokenize=False), messages)
     out = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
     if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]

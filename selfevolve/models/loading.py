@@ -6,13 +6,15 @@
 - ``tiny``: a small randomly initialised Llama with the SmolLM2 tokenizer (for tests and smoke runs). Its
   weights are a pure function of the seed, so tests are reproducible.
 - anything else: ``AutoModelForCausalLM.from_pretrained(name)`` — a local folder, or a hub id that is already
-  in the local Hugging Face cache (nothing is downloaded when ``HF_HUB_OFFLINE=1``).
+  in the local Hugging Face cache. Nothing is downloaded (``local_files_only``): an unknown name fails at once
+  instead of retrying an unreachable hub for a minute.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -89,7 +91,7 @@ def replace_folder(tmp: Path, target: Path) -> None:
 
 def load_tokenizer(name: str):
     path = smollm2_path() if name in BUILTIN_MODELS else name
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -135,11 +137,18 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
     else:
         try:
             tok = load_tokenizer(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, local_files_only=True)
+        except pickle.UnpicklingError:
+            # torch.load(weights_only=True) met a pickle that holds more than tensors: it may run code (never here)
+            raise ConfigError(
+                f"model.name={name!r}: its PyTorch weights file is a pickle holding more than tensors, which is "
+                f"refused (loading it could run code); use a model folder with safetensors weights"
+            ) from None
         except (OSError, ValueError) as e:
             raise ConfigError(
                 f"model.name={name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}), and it could not be "
-                f"loaded as a local path or cached Hugging Face id ({str(e).splitlines()[0]})"
+                f"loaded as a local folder or a Hugging Face id in the local cache; nothing is downloaded "
+                f"({str(e).splitlines()[0][:300]})"
             ) from None
     model.config.use_cache = True
     device = default_device()

@@ -38,6 +38,18 @@ def common_prefix(seqs: list[list[int]]) -> list[int]:
     return first[:i]
 
 
+def check_target_modules(model, targets) -> None:
+    """ConfigError unless every name of ``model.lora.target_modules`` names linear layers of ``model`` (peft
+    matches a name against the end of a module's dotted path). peft itself fails only when no name matches,
+    with its own exception, and skips the others silently."""
+    linear = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    for target in targets:
+        if not any(n == target or n.endswith("." + target) for n in linear):
+            leaves = sorted({n.rsplit(".", 1)[-1] for n in linear} - {"lm_head"})
+            raise ConfigError(f"model.lora.target_modules: {target!r} names no linear layer of the model; "
+                              f"allowed: {', '.join(leaves)}")
+
+
 class Policy:
     def __init__(self, model, tokenizer, lora=None, temperature: float = 1.0, max_new_tokens: int = 8):
         self.tokenizer = tokenizer
@@ -51,6 +63,7 @@ class Policy:
             top = lora.top_layers
             if top is not None and top > n_layers:
                 raise ConfigError(f"model.lora.top_layers={top}, but the model has {n_layers} layers")
+            check_target_modules(model, lora.target_modules)
             model = get_peft_model(
                 model,
                 PeftLoraConfig(

@@ -41,21 +41,35 @@ class ServeOptions:
     window: float = 0.05
     max_pending: int = 256
     request_timeout: float = 300.0
+    # seconds a request body may take to arrive: a client that stops sending half-way would otherwise hold its
+    # connection (and its buffered chunks) for as long as it likes; 1 MB, the largest body, takes milliseconds
+    # on a local link
+    body_timeout: float = 10.0
 
 
-async def _read_json(request: Request, max_bytes: int):
-    """The body as JSON, read no further than ``max_bytes`` (a chunked body has no length to check first)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdecimal() and int(declared) > max_bytes:
-        raise InvalidRequest(f"the body is {int(declared):,} bytes; at most {max_bytes:,} are read", status=413)
+async def _read_body(request: Request, max_bytes: int) -> bytes:
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
             raise InvalidRequest(f"the body is over {max_bytes:,} bytes", status=413)
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_json(request: Request, max_bytes: int, timeout: float):
+    """The body as JSON, read no further than ``max_bytes`` (a chunked body has no length to check first) and
+    for no longer than ``timeout`` seconds (408 after that; the unread rest makes the server close the
+    connection)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdecimal() and int(declared) > max_bytes:
+        raise InvalidRequest(f"the body is {int(declared):,} bytes; at most {max_bytes:,} are read", status=413)
     try:
-        return loads_json(b"".join(chunks).decode("utf-8"))
+        body = await asyncio.wait_for(_read_body(request, max_bytes), timeout)
+    except asyncio.TimeoutError:
+        raise InvalidRequest(f"the body did not arrive within {timeout:g} s", status=408) from None
+    try:
+        return loads_json(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidRequest(f"the body is not valid JSON ({str(e)[:200]})") from None
 
@@ -124,7 +138,7 @@ def create_app(policy, name: str, options: ServeOptions | None = None, batcher: 
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        req = _parse(ChatRequest, await _read_json(request, limits.max_body_bytes))
+        req = _parse(ChatRequest, await _read_json(request, limits.max_body_bytes, opts.body_timeout))
         check_model(req.model)
         refuse_unsupported(req)
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -142,7 +156,7 @@ def create_app(policy, name: str, options: ServeOptions | None = None, batcher: 
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req = _parse(CompletionRequest, await _read_json(request, limits.max_body_bytes))
+        req = _parse(CompletionRequest, await _read_json(request, limits.max_body_bytes, opts.body_timeout))
         check_model(req.model)
         refuse_unsupported(req)
         budget = reply_budget(req.max_tokens, limits)

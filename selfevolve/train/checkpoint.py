@@ -152,6 +152,7 @@ def save_checkpoint(
 ) -> Path:
     root = checkpoints_dir(out_dir)
     root.mkdir(parents=True, exist_ok=True)
+    remove_partial_writes(out_dir)
     final = root / f"step-{step}"
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
     try:
@@ -173,6 +174,23 @@ def save_checkpoint(
     for old in sorted(root.glob("step-*"), key=_step_number)[:-KEEP_LAST]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_partial_writes(out_dir: str | Path) -> list[str]:
+    """Remove what a killed checkpoint write left in ``checkpoints/`` (``.tmp-*`` folders, ``latest.tmp``):
+    never a checkpoint, since a checkpoint only exists once renamed to ``step-N``. Returns the names removed.
+    Called on resume and before every write (one process writes a run's checkpoints)."""
+    root = checkpoints_dir(out_dir)
+    removed = []
+    for p in [*root.glob(".tmp-*"), root / "latest.tmp"]:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists() or p.is_symlink():
+            p.unlink(missing_ok=True)
+        else:
+            continue
+        removed.append(p.name)
+    return removed
 
 
 def _write_atomic(path: Path, text: str) -> None:

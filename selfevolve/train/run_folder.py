@@ -38,6 +38,10 @@ def check_out_dir(cfg: Config, out: Path) -> None:
     """Refuse a file, a run that would be silently replaced, and a resume whose run-defining settings differ."""
     if out.exists() and not out.is_dir():
         raise SelfEvolveError(f"train.out_dir={str(out)!r} is a file, not a folder")
+    # the folder is created later (after the model loads): a file on its path would stop it there
+    blocking = next((p for p in out.absolute().parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise SelfEvolveError(f"train.out_dir={str(out)!r} cannot be created: {blocking} is a file, not a folder")
     if is_run(out) and not cfg.train.resume and not cfg.train.overwrite:
         raise SelfEvolveError(
             f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
@@ -59,5 +63,8 @@ def init_out_dir(cfg: Config, out: Path) -> None:
         for name in RUN_FILES:
             p = out / name
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out / "config.yaml")
+    except OSError as e:  # no permission, a read-only or full disk
+        raise SelfEvolveError(f"cannot write the run folder train.out_dir={str(out)!r} ({e.strerror or e})") from None

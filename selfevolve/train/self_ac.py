@@ -23,6 +23,7 @@ from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
 from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, turn_logprobs
 from selfevolve.train.samples import micro_batches, minibatch_schedule
 from selfevolve.train.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
+from selfevolve.train.update import safe_step
 
 
 def _single_critic_episode(ids: list[int], positions: list[int], n_cp: int) -> ShadowEpisode:
@@ -111,6 +112,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
     params = policy.trainable_parameters()
     policy.model.eval()  # no dropout: the update must see the function that sampled
     seen: set[int] = set()
+    step_index = 0
     for mb in minibatch_schedule(episodes, algo, rng):
         n_values = sum(len(e.cp_end) for e in mb)
         n_actor = sum(_actor_units(e, sac.ratio) for e in mb)
@@ -137,9 +139,8 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
                 if id(e) not in seen:
                     seen.add(id(e))
                     e.values = values[b, : len(e.cp_end)].detach().float().cpu().tolist()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
-        optimizer.step()
-        st_mb["grad_norm"] = float(grad_norm)
+        st_mb["grad_norm"] = safe_step(optimizer, params, algo.max_grad_norm, st_mb, step_index)
+        step_index += 1
         if st_mb["loss/critic_zero"] > 1e-8:
             # 1 = the critic explains nothing a constant 0 would not; it falls as V learns the returns
             st_mb["value/loss_ratio"] = st_mb["loss/critic"] / st_mb["loss/critic_zero"]

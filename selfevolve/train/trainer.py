@@ -22,6 +22,7 @@ Usage from Python::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -46,7 +47,8 @@ from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.tasks.source import make_task_source
 from selfevolve.train.build import (CRITICS, build_policy, build_prompt, load_init_adapter,  # noqa: F401
                                     resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
-from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_checkpoint, refusing, save_checkpoint
+from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, refusing,
+                                        remove_partial_writes, save_checkpoint)
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
@@ -55,7 +57,7 @@ from selfevolve.train.samples import build_rows
 from selfevolve.train.self_ac import episode_values, self_ac_update
 from selfevolve.train.signals import Terminated, stop_on_sigterm
 from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
-from selfevolve.train.update import compute_values, ppo_update
+from selfevolve.train.update import NonFinite, compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 from selfevolve.view.record import returns_minus_values, trajectory_records
@@ -135,6 +137,7 @@ class Trainer:
                                       self.console)
 
     def _resume(self) -> None:
+        remove_partial_writes(self.out_dir)  # a write killed half-way (kill -9) left a .tmp-* folder behind
         ckpt = find_checkpoint(self.out_dir)
         data = load_checkpoint(ckpt)  # checked files, nothing unpickled (train/checkpoint.py)
         with refusing(ckpt / "adapter.safetensors"):
@@ -225,7 +228,8 @@ class Trainer:
         attributed = self.attribute(trajs)
         t1 = time.perf_counter()
         rows, credit_metrics = self.credit(trajs)
-        upd = self.update(rows, trajs) if rows else {}
+        with self._stop_if_not_finite(f"step {self.step + 1}"):
+            upd = self.update(rows, trajs) if rows else {}
         if cfg.algo.name == "self_ac":
             self._record_values(trajs)
         self.step += 1
@@ -410,7 +414,8 @@ class Trainer:
             trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
             self.seen.update(t.task.content for t in trajs)
             rows = build_rows(trajs, [0.0] * len(trajs))
-            st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
+            with self._stop_if_not_finite(f"warm-start step {k + 1}"):
+                st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
             losses.append(st["loss/bc"])
             logger.scalar("warm/loss_bc", st["loss/bc"], k + 1)
         summary = {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1]}
@@ -419,6 +424,17 @@ class Trainer:
         progress.update(bar, description="evaluating after the warm start")
         self.last_eval = self.evaluate()
         return summary | {f"warm/{k.removeprefix('eval/')}": v for k, v in self.last_eval.items()}
+
+    @contextlib.contextmanager
+    def _stop_if_not_finite(self, where: str):
+        """A NaN or infinite loss, gradient or weight stops the run with a message naming ``where``; nothing
+        of it is saved, so the last checkpoint is the last good state."""
+        try:
+            yield
+        except NonFinite as e:
+            ckpt = find_checkpoint_or_none(self.out_dir)
+            kept = f"the last checkpoint, {ckpt}, is the last good state" if ckpt else "no checkpoint was written"
+            raise NonFinite(f"training stopped at {where}: {e}; {kept}") from None
 
     def _eval_due(self) -> bool:
         every = self.cfg.train.eval_every

@@ -18,11 +18,13 @@ whose rows were all idle (its loss is logged: exactly 0).
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
+from selfevolve.errors import SelfEvolveError
 from selfevolve.train.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
                                       shared_prefix_len)
 
@@ -105,13 +107,36 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
             for weight, stats in weighted:
                 for k, v in stats.items():
                     st_mb[k] = st_mb.get(k, 0.0) + weight * v
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)
-        optimizer.step()
-        st_mb["grad_norm"] = float(grad_norm)
+        st_mb["grad_norm"] = safe_step(optimizer, params, algo.max_grad_norm, st_mb, count)
         for k, v in st_mb.items():
             sums[k] = sums.get(k, 0.0) + v
         count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+class NonFinite(SelfEvolveError):
+    """The loss, the gradient or the weights became NaN or infinite: the run stops before a checkpoint keeps
+    them (the trainer names the step; the last checkpoint on disk is the last good state)."""
+
+
+def safe_step(optimizer, params: list, max_grad_norm: float, stats: dict[str, float], index: int) -> float:
+    """Clip the gradient, step the optimizer and return the gradient norm, unless something is not finite:
+    then raise :class:`NonFinite` naming what, before the step when the loss or the gradient is (the weights
+    stay as they were), after it when the step itself overflowed the weights (an enormous learning rate).
+
+    One NaN would otherwise spread to every adapter tensor at the next step and the run would go on, saving
+    checkpoints of NaN weights, to report ``done``."""
+    where = f"optimizer step {index + 1} of the update"
+    bad = {k: v for k, v in stats.items() if k.startswith("loss/") and not math.isfinite(v)}
+    if bad:
+        raise NonFinite(f"the loss is not finite ({', '.join(f'{k}={v}' for k, v in bad.items())}) at {where}")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    if not math.isfinite(grad_norm):
+        raise NonFinite(f"the gradient norm is {grad_norm} at {where}")
+    optimizer.step()
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        raise NonFinite(f"the weights are not finite after {where} (gradient norm {grad_norm:.3g})")
+    return grad_norm
 
 
 @torch.no_grad()

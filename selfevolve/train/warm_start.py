@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import end_of_turn_ids
+from selfevolve.agent.special_tokens import encode_literal
 from selfevolve.envs import make_env
 from selfevolve.envs.holdout import content_digest
 from selfevolve.types import Step, Task, Trajectory
@@ -36,7 +37,9 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
             action = env.expert_action()
             if action is None:
                 break
-            ids = list(tokenizer.encode(action, add_special_tokens=False)) + [eot]
+            # literal: a synthesized task's reference call may hold any text, and the model must learn to write
+            # it, not to end its turn in the middle of it (agent/special_tokens.py)
+            ids = encode_literal(tokenizer, action) + [eot]
             key = env.state_key()
             obs, reward, done, info = env.step(action)
             traj.steps.append(Step(prompt_ids=ctx.prompt, action_ids=ids, logprobs=[0.0] * len(ids), action_text=action,

@@ -183,19 +183,30 @@ def metric(rec: Any) -> dict:
 
 # ---- files -------------------------------------------------------------------------------------------------
 
-def read_jsonl(path: Path, parse, skipped: Counter) -> list:
-    """``parse(record)`` of each line of ``path``; lines that fail are counted in ``skipped[path.name]``."""
-    out = []
+def read_jsonl(path: Path, parse, skipped: Counter, notes: list[str] | None = None) -> list:
+    """``parse(record)`` of each line of ``path``; lines that fail are counted in ``skipped[path.name]``. With
+    ``notes`` (the files a run always writes), a missing or unreadable file is said there, not silently shown
+    as a run without records."""
+    out: list = []
     if not path.is_file():
+        if notes is not None:
+            notes.append(f"{path.name} is missing: nothing of it is shown" if not path.exists() else
+                         f"{path.name} is not a file: nothing of it is shown")
         return out
-    with path.open("r", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                out.append(parse(loads_json(line)))
-            except (ValueError, TypeError, AttributeError, RecursionError):  # JSONDecodeError is a ValueError
-                skipped[path.name] += 1
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    out.append(parse(loads_json(line)))
+                except (ValueError, TypeError, AttributeError, RecursionError):  # JSONDecodeError is a ValueError
+                    skipped[path.name] += 1
+    except OSError as e:  # no permission, an I/O error
+        if notes is None:
+            skipped[path.name] += 1
+        else:
+            notes.append(f"{path.name} cannot be read ({e.strerror or e})")
     return out
 
 
@@ -286,9 +297,10 @@ def load_run(root: str | Path) -> RunData:
             skipped["config.yaml"] += 1
         # plain JSON for the page (YAML may hold dates, non-string keys, .nan or .inf: those become null)
         cfg = json.loads(json.dumps(cfg, default=str, skipkeys=True), parse_constant=lambda _: None)
-    metrics = read_jsonl(root / "metrics.jsonl", metric, skipped)
+    notes: list[str] = []  # what the page and the command say about files a run always writes
+    metrics = read_jsonl(root / "metrics.jsonl", metric, skipped, notes)
     steps: dict[int, list[dict]] = defaultdict(list)
-    for t in read_jsonl(root / "trajectories.jsonl", trajectory, skipped):
+    for t in read_jsonl(root / "trajectories.jsonl", trajectory, skipped, notes):
         steps[t["step"]].append(t)
     trees: dict[int, list[dict]] = defaultdict(list)
     for t in read_jsonl(root / "search_trees.jsonl", tree, skipped):
@@ -316,5 +328,6 @@ def load_run(root: str | Path) -> RunData:
         "pool": pool,
         "pool_counts": pool_counts,
         "skipped": dict(skipped),
+        "notes": notes,
     }
     return RunData(root, summary, dict(steps), dict(trees))

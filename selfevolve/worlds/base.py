@@ -62,9 +62,24 @@ class Task:
 
 
 def load_tasks(path: str) -> list[Task]:
-    """Tasks from a JSONL file, one :meth:`Task.to_dict` object per line (blank lines skipped)."""
-    with open(path, encoding="utf-8") as f:
-        return [Task.from_dict(json.loads(line)) for line in f if line.strip()]
+    """Tasks from a JSONL file, one :meth:`Task.to_dict` object per line (blank lines skipped). A file that is
+    missing, unreadable or holds a line that is not a task is a ConfigError naming it (``env.tasks_file``)."""
+    tasks = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    tasks.append(Task.from_dict(json.loads(line)))
+                except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+                    raise ConfigError(f"tasks_file {path!r}, line {n}: not a task ({type(e).__name__}: "
+                                      f"{str(e)[:200]})") from None
+    except FileNotFoundError:
+        raise ConfigError(f"tasks_file {path!r}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"tasks_file {path!r} cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    return tasks
 
 
 def save_tasks(tasks: list[Task], path: str) -> None:

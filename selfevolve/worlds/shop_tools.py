@@ -214,6 +214,8 @@ class ShopTools:
         text = query.strip()
         if not text:
             raise ToolError("give part of a product name or a category")
+        if "\x00" in text:  # SQLite ends a LIKE pattern at NUL: 'x\x00' would match the whole catalogue
+            raise ToolError("a product name or category never holds a NUL character")
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         found = self._rows("SELECT id FROM products WHERE name LIKE ? ESCAPE '\\' OR category LIKE ? ESCAPE '\\' "
                            "ORDER BY id", (pattern, pattern))

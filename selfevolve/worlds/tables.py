@@ -82,6 +82,12 @@ def _evaluate(node: ast.AST) -> float | int:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
         if node.keywords or not node.args:
             raise ToolError(f"{node.func.id}() takes numbers, e.g. round(2.345, 2)")
+        name, n = node.func.id, len(node.args)
+        # what each function takes, checked here: min(5) or abs(1, 2) would raise a TypeError from Python itself
+        if name == "abs" and n != 1:
+            raise ToolError("abs() takes one number, e.g. abs(-3)")
+        if name in ("min", "max") and n < 2:
+            raise ToolError(f"{name}() takes two or more numbers, e.g. {name}(3, 5)")
         args = [_evaluate(a) for a in node.args]
         if node.func.id == "round" and (len(args) > 2 or (len(args) == 2 and not isinstance(args[1], int))):
             raise ToolError("round(x) or round(x, digits)")

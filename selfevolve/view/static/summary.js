@@ -49,6 +49,7 @@ function stepStats() {
 VIEWS[''] = async function summary(main, r) {
   main.appendChild(h('h1', null, 'Run ', RUN.name));
   main.appendChild(h('div', {class: 'facts'}, RUN.facts.map(([k, v]) => badge(k, v))));
+  for (const note of RUN.notes || []) main.appendChild(h('p', {class: 'warn'}, note));
   for (const [file, n] of Object.entries(RUN.skipped)) {
     main.appendChild(h('p', {class: 'warn'}, `${file}: ${n} malformed or unreadable line(s) skipped`));
   }
