@@ -77,13 +77,10 @@ ROWS = [
      0, ["done: 1 steps"]),
     ("seed -2**63 runs", ["train", *RUN, "train.steps=1", "seed=-9223372036854775808", "train.out_dir={d}/r6"],
      0, ["done: 1 steps"]),
-    # ---- generators: the lead bounds their attempts (envs/frozenlake.py) -------------------------------------
-    pytest.param("frozenlake with no path", ["train", *RUN, "env.size=6", "env.p_frozen=0.05"], 2,
-                 ["p_frozen"], marks=pytest.mark.xfail(run=False, reason="hangs until the map generator is "
-                                                                        "bounded (envs/frozenlake.py, issue 38)")),
-    pytest.param("frozenlake of size 5000", ["train", *RUN, "env.size=5000"], 2, ["env.size"],
-                 marks=pytest.mark.xfail(run=False, reason="hangs until the map generator is bounded "
-                                                           "(envs/frozenlake.py, issue 38)")),
+    # ---- generators: bounded attempts, impossible settings refused by name (envs/frozenlake.py) ---------------
+    ("frozenlake with no path", ["train", *RUN, "env.size=6", "env.p_frozen=0.05", "train.out_dir={d}/r7"], 2,
+     ["no map with a path", "p_frozen=0.05", "1000 draws"]),
+    ("frozenlake of size 5000", ["train", *RUN, "env.size=5000"], 2, ["'size'", "from 2 to 16", "5000"]),
 ]
 
 

@@ -183,6 +183,8 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         self.hints = bool(hints)
         self.split, self.tasks_file = split, str(tasks_file or "")
         self.synth_tasks, self.ordinary = split_tasks(split, self.tasks_file)
+        if self.ordinary:  # settings that cannot draw a map (of this split) are refused now, not at the first reset
+            _check_drawable(size, self.p_frozen, split_bucket(split))
         self.task: Task | None = None  # the synthesized task being played (None: the ordinary game)
         self.target: tuple[int, int] | None = None
         self.instructions = self._instructions()
@@ -407,6 +409,18 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         self._gym.lastaction = snapshot["lastaction"]
         self._gym.np_random.bit_generator.state = snapshot["rng"]
         self.done = bool(snapshot["done"])
+
+
+_DRAWABLE: set[tuple] = set()  # settings already shown to draw a map, per process
+
+
+def _check_drawable(size: int, p_frozen: float, bucket: str | None) -> None:
+    """Draw seed 0's map once per setting (a few boards for any sensible one): raises the generator's named
+    error at construction for settings with no map, or none of this split (``envs/holdout.py``)."""
+    if (size, p_frozen, bucket) not in _DRAWABLE:
+        draw(0, bucket, lambda s: random_map(size, p_frozen, _seed(s)), key=map_key,
+             what=f"frozenlake size={size} p_frozen={p_frozen}")
+        _DRAWABLE.add((size, p_frozen, bucket))
 
 
 def map_key(desc: list[str]) -> str:
