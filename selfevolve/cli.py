@@ -148,7 +148,7 @@ def sweep(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE
 
 EVAL_HELP = """Evaluate a run folder (its latest checkpoint) or a checkpoint folder on held-out tasks and print the
 greedy success rate (and pass@k with eval.pass_k=K). Overrides: eval.episodes=N, eval.pass_k=K,
-eval.seed_offset=S."""
+eval.seed_offset=S. --general also scores 20 general questions (what training did to the rest of the model)."""
 
 
 @app.command(
@@ -160,6 +160,8 @@ eval.seed_offset=S."""
 def eval_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
     overrides: list[str] = typer.Argument(None, metavar="[eval.KEY=VALUE ...]"),
+    general: bool = typer.Option(False, "--general", help="Also score 20 general questions the base model answers "
+                                 "correctly, for the run and for its base model (eval.general=true)."),
 ) -> None:
     from selfevolve.errors import SelfEvolveError
 
@@ -167,7 +169,7 @@ def eval_cmd(
     try:
         from selfevolve.train.run import evaluate_checkpoint
 
-        result = evaluate_checkpoint(run_dir, overrides or [])
+        result = evaluate_checkpoint(run_dir, [*(overrides or []), *(["eval.general=true"] if general else [])])
     except SelfEvolveError as e:
         _fail(str(e))
     except KeyboardInterrupt as stop:  # Ctrl-C: 130; SIGTERM: 143 (train/signals.py)

@@ -428,6 +428,9 @@ class EvalConfig(_Section):
         # YAML (and so the command line) reads a bare on / off as a boolean
         return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
+    general: bool = Field(False, description="Also score 20 general questions the base model answers correctly "
+                          "(eval/general: the fraction still answered; train/general.py), to see what training did "
+                          "to the rest of the model.")
     accumulate: bool = Field(False, description="SEER's test-time accumulation: evaluate in chunks of "
                              "eval.chunk episodes, adding each chunk's verified successes to a scratch copy of "
                              "the pool before the next (the run's pool is unchanged).")

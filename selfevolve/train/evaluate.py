@@ -53,7 +53,7 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
              chunk: int = 8, seen: set[str] | frozenset[str] = frozenset(),
-             episodes_out: list | None = None) -> dict[str, float]:
+             episodes_out: list | None = None, general: bool = False) -> dict[str, float]:
     """Greedy success on ``episodes`` held-out tasks (``eval/tasks``: how many distinct ones the split held);
     with ``pass_k`` > 0 also pass@k (any of k samples solves) and ``eval/sample_success`` (the success rate of
     those samples). ``experience``/``accumulate``/``chunk``: see :func:`greedy_rollouts` (pass@k samples get
@@ -62,6 +62,7 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
     ``seen``: the content digests the run trained on. Tasks among them (none on the test split) are counted in
     ``eval/seen``, and then success is also reported apart: ``eval/success/seen`` and ``eval/success/unseen``.
     ``episodes_out``: a list that receives the greedy trajectories (for the run's log and the viewer).
+    ``general``: also ``eval/general``, the share of the fixed general questions still answered (``train/general.py``).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
@@ -77,6 +78,10 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
         **intent_success(trajs, "eval/success/intent/"),
         **seen_apart(trajs, seen),
     }
+    if general:
+        from selfevolve.train.general import general_knowledge
+
+        out["eval/general"] = general_knowledge(policy)["correct"]
     if experience is not None:
         from selfevolve.experience.guide import guide_metrics
 
