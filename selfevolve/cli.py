@@ -222,8 +222,16 @@ def view(
 ) -> None:
     from selfevolve.errors import SelfEvolveError
     from selfevolve.view.load import load_run
+    from selfevolve.view.sweep import is_sweep, write_sweep
 
     _check_port(port)
+    if is_sweep(run_dir) and not serve:  # a sweep folder: its seeds side by side, a link into each seed's page
+        try:
+            target, seeds = write_sweep(run_dir, out_file)
+        except (SelfEvolveError, OSError) as e:
+            _fail(str(e))
+        out.print(f"wrote {target}: the sweep, with links to {seeds} seed pages", highlight=False, soft_wrap=True)
+        return
     try:
         run = load_run(run_dir)
     except SelfEvolveError as e:

@@ -94,3 +94,22 @@ def test_a_sweep_runs_each_seed_resumes_an_interrupted_one_and_skips_finished_on
     # the same folder with other settings is refused, not silently skipped
     with pytest.raises(ConfigError, match="other settings"):
         run_sweep(SweepSpec([0], 1, out, 0.2, None, [*TINY, "algo.lr=1e-3"]))
+
+
+def test_view_of_a_sweep_links_each_seed(tmp_path):
+    """`selfevolve view OUT` on a sweep: the summary, the figure as a data: image, a page per seed that logged a
+    step and a link to it; a seed that never logged one gets no link. The page runs no script."""
+    from conftest import invoke
+
+    fake_run(tmp_path / "seed-0", {0: 0.0, 20: 0.25}, {1: 0.1, 20: 0.4})
+    fake_run(tmp_path / "seed-1", {0: 0.0, 20: 0.5}, {1: 0.2})
+    run_sweep(SweepSpec([0, 1], 1, tmp_path, 0.2, None, []))  # both finished: nothing trains
+    (tmp_path / "seed-2").mkdir()  # a seed that died at its start
+    code, err, output = invoke("view", str(tmp_path))
+    assert code == 0, output
+    page = (tmp_path / "view.html").read_text()
+    assert "with links to 2 seed pages" in "".join(output.splitlines())
+    assert 'href="seed-0/view.html"' in page and 'href="seed-1/view.html"' in page and 'href="seed-2/' not in page
+    assert "2 of 2 seeds learned" in page and "data:image/png;base64," in page
+    assert "<script" not in page and "default-src 'none'" in page
+    assert (tmp_path / "seed-0" / "view.html").is_file()
