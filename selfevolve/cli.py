@@ -7,8 +7,9 @@ status 2 — no traceback.
 from __future__ import annotations
 
 import os
-import warnings
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -92,9 +93,14 @@ def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE
 
         return Trainer(cfg, console=err).train()
 
-    cfg, final = _with_config(args, run)
-    shown = {k: round(v, 4) for k, v in final.items() if k.startswith(("eval/", "reward/", "success/"))}
-    out.print(f"done: {cfg.train.steps} steps in {cfg.train.out_dir} · {shown}")
+    start = time.monotonic()
+    cfg, _ = _with_config(args, run)
+    from selfevolve.train.metrics import peak_rss_gb
+    from selfevolve.train.progress import final_sentence
+
+    sentence = final_sentence(Path(cfg.train.out_dir), cfg.seed, cfg.eval.episodes, time.monotonic() - start,
+                              peak_rss_gb())
+    out.print(sentence, highlight=False, markup=False, soft_wrap=True)  # one line, whatever the width
 
 
 EVAL_HELP = """Evaluate a run folder (its latest checkpoint) or a checkpoint folder on held-out tasks and print the

@@ -53,7 +53,7 @@ def finished_run(tmp_path_factory, selfevolve_cmd):
     p = selfevolve_cmd("train", *TINY, "train.steps=1", f"train.out_dir={run}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
-    assert "done: 1 steps" in joined(p.stdout)
+    assert joined(p.stdout).startswith("held-out success ") and f"run folder {run}" in joined(p.stdout)
     return run
 
 

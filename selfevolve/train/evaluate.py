@@ -52,15 +52,18 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
-             chunk: int = 8) -> dict[str, float]:
+             chunk: int = 8, episodes_out: list | None = None) -> dict[str, float]:
     """Greedy success on ``episodes`` held-out tasks; with ``pass_k`` > 0 also pass@k (any of k samples solves)
     and ``eval/sample_success`` (the success rate of those samples). ``experience``/``accumulate``/``chunk``:
     see :func:`greedy_rollouts` (pass@k samples get recall / insights too, without accumulation).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
+    ``episodes_out``: a list that receives the greedy episodes (the trainer logs them for the viewer).
     """
     tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset,
                                    experience=experience, accumulate=accumulate, chunk=chunk)
+    if episodes_out is not None:
+        episodes_out.extend(trajs)
     out = {
         "eval/success": sum(t.success for t in trajs) / len(trajs),
         "eval/reward": sum(t.reward for t in trajs) / len(trajs),
