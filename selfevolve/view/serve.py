@@ -73,6 +73,6 @@ def make_handler(run: RunData):
     return Handler
 
 
-def make_server(run: RunData, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
+def make_server(run: RunData, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
     """A server for ``run`` (``port=0``: any free port; see ``server.server_address``)."""
     return ThreadingHTTPServer((host, port), make_handler(run))
