@@ -6,6 +6,7 @@ The runs are real tiny runs of the ``selfevolve`` command in a subprocess whose 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -13,9 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from conftest import TINY, cli_env, joined
-from selfevolve.train.progress import clock, final_sentence, solved
+from selfevolve.train.progress import clock, final_sentence, make_progress, solved
 
 RUN = [*TINY, "train.progress=true", "train.steps=3", "train.eval_every=2", "train.warm_start_steps=2",
        "train.warm_start_tasks=2", "eval.after_warm_start=true"]
@@ -134,3 +136,24 @@ def test_clock_counts_and_the_sentence_without_evaluations(tmp_path):
                                             '{"step": 20, "eval/success": 0.4375}\n')
     assert final_sentence(tmp_path, 0, 64, 45, None) == f"held-out success 0/64 → 28/64 (seed 0) in 45 s; run " \
                                                         f"folder {tmp_path}"
+
+
+def test_a_terminal_gets_the_live_bar_anything_else_plain_lines(tmp_path):
+    def shown(console_args: dict, enabled: bool = True) -> tuple[str, str]:
+        f = io.StringIO()
+        p = make_progress(Console(file=f, width=100, **console_args), enabled, total=3, done=0, episodes=64)
+        with p:
+            p.evaluating("start")
+            p.evaluated("start", {"eval/success": 0.0, "eval/reward": -0.5, "eval/valid": 0.25})
+            p.step(1, {"reward/mean": 0.25, "success/rate": 0.125, "valid/rate": 0.5, "tokens_per_s": 99.6}, None)
+        return type(p).__name__, f.getvalue()
+
+    kind, out = shown({"force_terminal": True})
+    assert kind == "LiveBar" and "train" in out and "1/3" in out and "eval 0/64" in out and "\x1b[" in out
+    kind, out = shown({})  # a file: not a terminal
+    assert kind == "PlainLines" and "\x1b[" not in out
+    assert out.splitlines()[:2] == ["evaluation (start): 64 held-out tasks",
+                                    "evaluation (start): success 0/64, reward -0.500, valid 0.250 · 0:00 elapsed"]
+    assert re.fullmatch(r"step 1/3: reward 0\.250, success 0\.12, valid 0\.50, 100 tok/s · 0:00 elapsed, ~0:00 left",
+                        out.splitlines()[2])
+    assert shown({"force_terminal": True}, enabled=False) == ("Progress", "")  # train.progress=false

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich import progress as bar
 
 
 def clock(seconds: float) -> str:
@@ -46,9 +46,9 @@ def step_figures(m: dict[str, float], evaluated: dict[str, float] | None, episod
     return ", ".join(parts)
 
 
-class Quiet:
-    """``train.progress=false``: nothing shown. Also the base of the two that show something: it keeps the
-    times that the estimates of time left come from."""
+class Progress:
+    """What the trainer reports, shown nowhere (``train.progress=false``); the base of the two that show it, with
+    the times that the estimates of time left come from."""
 
     def __init__(self, console: Console, total: int, done: int, episodes: int):
         self.console, self.total, self.episodes = console, total, episodes
@@ -92,7 +92,7 @@ class Quiet:
             self.steps_from = self.mark
 
 
-class PlainLines(Quiet):
+class PlainLines(Progress):
     """One plain line per phase and per step, written to the console's file and flushed (see the module
     docstring); never wrapped or cut, whatever the width."""
 
@@ -128,14 +128,14 @@ class PlainLines(Quiet):
                   f"{clock(self.elapsed())} elapsed{eta}")
 
 
-class LiveBar(Quiet):
+class LiveBar(Progress):
     """rich's live progress bar, for a terminal (the phase or the last step's figures beside it)."""
 
     def __init__(self, console: Console, total: int, done: int, episodes: int):
         super().__init__(console, total, done, episodes)
-        self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TimeRemainingColumn(), TextColumn("{task.description}"), console=console,
-                            transient=False)
+        self.bar = bar.Progress(bar.TextColumn("[bold]train"), bar.BarColumn(), bar.MofNCompleteColumn(),
+                                bar.TimeElapsedColumn(), bar.TimeRemainingColumn(), bar.TextColumn("{task.description}"),
+                                console=console, transient=False)
         self.task = self.bar.add_task("", total=total, completed=done)
 
     def __enter__(self):
@@ -166,11 +166,11 @@ class LiveBar(Quiet):
         self.bar.update(self.task, completed=step, description=shown)
 
 
-def make_progress(console: Console, enabled: bool, total: int, done: int, episodes: int) -> Quiet:
+def make_progress(console: Console, enabled: bool, total: int, done: int, episodes: int) -> Progress:
     """The live bar on a terminal, plain lines elsewhere, nothing when ``enabled`` is false (``train.progress``).
     ``done``: steps already done (a resumed run); ``episodes``: held-out tasks per evaluation."""
     if not enabled:
-        return Quiet(console, total, done, episodes)
+        return Progress(console, total, done, episodes)
     kind = LiveBar if console.is_terminal else PlainLines
     return kind(console, total, done, episodes)
 

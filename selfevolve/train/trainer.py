@@ -49,7 +49,7 @@ from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_chec
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, peak_rss_gb, rollout_metrics, truncate_jsonl
-from selfevolve.train.progress import Quiet, make_progress
+from selfevolve.train.progress import Progress, make_progress
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
 from selfevolve.train.samples import build_rows
 from selfevolve.train.self_ac import episode_values, self_ac_update
@@ -340,7 +340,7 @@ class Trainer:
                     f.write(json.dumps(rec) + "\n")
         return result
 
-    def _evaluate_phase(self, label: str, progress: Quiet) -> tuple[dict[str, float], float]:
+    def _evaluate_phase(self, label: str, progress: Progress) -> tuple[dict[str, float], float]:
         """An evaluation as a phase of the run: reported, its episodes logged; returns its metrics and seconds."""
         progress.evaluating(label)
         t0 = time.perf_counter()
@@ -393,7 +393,7 @@ class Trainer:
         """Stop the rollout workers, if any (the Ray backend); the trainer stays usable (they restart)."""
         self.rollouts.close()
 
-    def warm_start(self, logger: MetricsLogger, progress: Quiet) -> dict[str, float]:
+    def warm_start(self, logger: MetricsLogger, progress: Progress) -> dict[str, float]:
         """Behaviour cloning on expert episodes (see ``selfevolve/train/warm_start.py``); returns its summary."""
         cfg = self.cfg
         n = cfg.train.warm_start_steps
