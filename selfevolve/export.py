@@ -3,8 +3,8 @@
 The LoRA adapter is merged into the base weights (peft's ``merge_and_unload``: W + (alpha/r)·B·A per target
 module), and the result written with ``save_pretrained`` (safetensors, no pickles) beside the tokenizer (chat
 template included) and ``selfevolve_export.json`` (where it came from: the run's folder name and the checkpoint's
-path inside the run, never an absolute path, so that the folder can be shared without telling where it was made). Anything that loads Hugging Face folders
-can then use it — ``AutoModelForCausalLM.from_pretrained(DIR)``, vLLM, ``model.name=DIR`` in selfevolve —
+path inside the run, never an absolute path, so that the folder can be shared without telling where it was
+made). Anything that loads Hugging Face folders can then use it — ``AutoModelForCausalLM.from_pretrained(DIR)``, vLLM, ``model.name=DIR`` in selfevolve —
 without selfevolve or peft.
 
 A merge can go wrong quietly (a target module the merge skips, a tied embedding written twice, a dtype

@@ -252,7 +252,8 @@ def test_help_imports_no_heavy_library():
     times it)."""
     code = ("import sys\nfrom selfevolve.cli import main\nsys.argv = ['selfevolve', '--help']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'selfevolve.train.trainer') if m in sys.modules))")
+            "heavy = ('torch', 'transformers', 'peft', 'selfevolve.train.trainer')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "Commands" in p.stdout and p.stdout.splitlines()[-1] == "[]"

@@ -42,7 +42,8 @@ def step_figures(m: dict[str, float], evaluated: dict[str, float] | None, episod
              f"valid {m.get('valid/rate', 0):.2f}"]
     if evaluated and "eval/success" in evaluated:
         parts.append(f"eval {solved(evaluated['eval/success'], episodes)}")
-    parts.append(f"{m.get('tokens_per_s', 0):.0f} tok/s")
+    speed = m.get("tokens_per_s", 0)
+    parts.append(f"{speed:.0f} tok/s" if speed >= 10 else f"{speed:.2g} tok/s")  # a busy CPU: 0.45, not 0
     return ", ".join(parts)
 
 
@@ -134,8 +135,8 @@ class LiveBar(Progress):
     def __init__(self, console: Console, total: int, done: int, episodes: int):
         super().__init__(console, total, done, episodes)
         self.bar = bar.Progress(bar.TextColumn("[bold]train"), bar.BarColumn(), bar.MofNCompleteColumn(),
-                                bar.TimeElapsedColumn(), bar.TimeRemainingColumn(), bar.TextColumn("{task.description}"),
-                                console=console, transient=False)
+                                bar.TimeElapsedColumn(), bar.TimeRemainingColumn(),
+                                bar.TextColumn("{task.description}"), console=console, transient=False)
         self.task = self.bar.add_task("", total=total, completed=done)
 
     def __enter__(self):

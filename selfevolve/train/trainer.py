@@ -415,7 +415,8 @@ class Trainer:
         if not cfg.eval.after_warm_start:
             return summary
         ev, seconds = self._evaluate_phase("after warm start", progress)
-        return summary | {f"warm/{k.removeprefix('eval/')}": v for k, v in ev.items()} | {"time/eval_warm_start": seconds}
+        warm = {f"warm/{k.removeprefix('eval/')}": v for k, v in ev.items()}
+        return summary | warm | {"time/eval_warm_start": seconds}
 
     def _eval_due(self) -> bool:
         every = self.cfg.train.eval_every
