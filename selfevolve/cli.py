@@ -200,7 +200,9 @@ def view(
     except SelfEvolveError as e:
         _fail(str(e))
     skipped = "".join(f" · {n} bad line(s) in {name} skipped" for name, n in run.summary["skipped"].items())
-    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{skipped}"
+    evals = run.summary["evals"]
+    held_out = f", {len(evals)} evaluations of {sum(e['n'] for e in evals)} episodes" if evals else ""
+    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{held_out}{skipped}"
     if serve:
         from selfevolve.view.serve import make_server
 

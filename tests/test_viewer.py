@@ -151,7 +151,7 @@ def run(tmp_path_factory) -> Path:
         torch.set_num_threads(threads)
     result = CliRunner().invoke(app, ["view", str(out)])
     assert result.exit_code == 0, result.output
-    assert "wrote" in result.output and "8 trajectories, 2 steps" in result.output
+    assert "wrote" in result.output and "8 trajectories, 2 steps, 3 evaluations of 6 episodes" in result.output
     return out
 
 
