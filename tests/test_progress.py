@@ -46,8 +46,8 @@ def test_a_piped_run_prints_one_plain_line_per_phase_and_step(piped):
     out, p = piped
     err = p.stderr.splitlines()
     assert not [x for x in err if "━" in x or "\x1b" in x or "\r" in x]  # no bar, no terminal codes
-    phases = [x.split(":")[0] for x in err if not x.startswith(("evaluation (", "step ", "warm start"))]
-    assert phases == [], phases  # nothing else (no warnings on a clean run)
+    others = [x for x in err if not x.startswith(("evaluation (", "step ", "steps ", "warm start"))]
+    assert others == [], others  # nothing else (no warnings on a clean run)
     metrics = lines(out / "metrics.jsonl")
     n = 2  # eval.episodes in TINY
     e0 = f"{round(metrics[0]['eval/success'] * n)}/{n}"
@@ -62,6 +62,7 @@ def test_a_piped_run_prints_one_plain_line_per_phase_and_step(piped):
                             "warm start", err[2 + k]), err[2 + k]
     assert err[5].startswith("evaluation (after warm start): 2 held-out tasks")
     assert err[6].startswith(f"evaluation (after warm start): success {round(metrics[0]['warm/success'] * n)}/{n}")
+    assert err[7] == "steps 1-3 of 3: 1 task x 2 rollouts each"  # the RL steps begin: what each plays
     steps = [x for x in err if x.startswith("step ")]
     assert len(steps) == 3
     for m, line in zip(metrics[1:], steps):
@@ -145,6 +146,7 @@ def test_a_terminal_gets_the_live_bar_anything_else_plain_lines(tmp_path):
         with p:
             p.evaluating("start")
             p.evaluated("start", {"eval/success": 0.0, "eval/reward": -0.5, "eval/valid": 0.25})
+            p.steps_begin(4, 8)
             p.step(1, {"reward/mean": 0.25, "success/rate": 0.125, "valid/rate": 0.5, "tokens_per_s": 99.6}, None)
         return type(p).__name__, f.getvalue()
 
@@ -154,6 +156,7 @@ def test_a_terminal_gets_the_live_bar_anything_else_plain_lines(tmp_path):
     assert kind == "PlainLines" and "\x1b[" not in out
     assert out.splitlines()[:2] == ["evaluation (start): 64 held-out tasks",
                                     "evaluation (start): success 0/64, reward -0.500, valid 0.250 · 0:00 elapsed"]
+    assert out.splitlines()[2] == "steps 1-3 of 3: 4 tasks x 8 rollouts each"
     assert re.fullmatch(r"step 1/3: reward 0\.250, success 0\.12, valid 0\.50, 100 tok/s · 0:00 elapsed, ~0:00 left",
-                        out.splitlines()[2])
+                        out.splitlines()[3])
     assert shown({"force_terminal": True}, enabled=False) == ("Progress", "")  # train.progress=false

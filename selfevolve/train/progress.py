@@ -4,10 +4,13 @@ On a terminal: rich's live bar (steps done, elapsed, time left, the last step's 
 redirected to a file, a pipe, CI) a live bar prints nothing until it ends, and then a line cut to 80 columns, so
 there the run writes one plain line per phase and per step instead, flushed at once::
 
-    evaluation (start): 64 held-out tasks
-    evaluation (start): success 0/64, reward -0.212, valid 0.48 · 1:02 elapsed
-    warm start 1/10: loss 2.3141 · 1:09 elapsed, ~1:03 left in the warm start
-    step 1/20: reward 0.432, success 0.25, valid 0.91, 187 tok/s · 2:31 elapsed, ~38:00 left
+    evaluation (start): 8 held-out tasks
+    evaluation (start): success 0/8, reward -0.800, valid 0.000 · 2:33 elapsed
+    warm start: 3 steps of imitating the expert, 8 episodes each
+    warm start 1/3: loss 1.0678 · 3:49 elapsed, ~2:33 left in the warm start
+    ...
+    steps 1-3 of 3: 2 tasks x 4 rollouts each
+    step 1/3: reward -0.067, success 0.12, valid 0.74, 0.45 tok/s · 14:10 elapsed, ~14:48 left
 
 Time left is the mean time of the steps run so far (evaluations included) times the steps still to run.
 ``train.progress=false`` shows neither. The run's last line (printed by ``selfevolve train``) is
@@ -53,7 +56,7 @@ class Progress:
 
     def __init__(self, console: Console, total: int, done: int, episodes: int):
         self.console, self.total, self.episodes = console, total, episodes
-        self.start = self.mark = time.monotonic()  # mark: when the last phase before the RL steps ended
+        self.start = time.monotonic()
         self.first_step, self.steps_from = done, None  # the steps this process ran time the ones left
         self.warm_from = None
 
@@ -77,20 +80,24 @@ class Progress:
         pass
 
     def evaluated(self, label: str, metrics: dict[str, float]) -> None:
-        self.mark = time.monotonic()
+        pass
 
     def warm_begins(self, n: int, episodes: int) -> None:
         self.warm_from = time.monotonic()
 
     def warm(self, k: int, n: int, loss: float) -> None:
-        self.mark = time.monotonic()
+        pass
 
     def warm_left(self, k: int, n: int) -> float:
         return (time.monotonic() - self.warm_from) / k * (n - k)
 
+    def steps_begin(self, tasks: int, group: int) -> None:
+        """The RL steps begin (after the start evaluation and the warm start); each plays ``group`` rollouts of
+        ``tasks`` tasks."""
+        self.steps_from = time.monotonic()
+
     def step(self, step: int, metrics: dict[str, float], evaluated: dict[str, float] | None) -> None:
-        if self.steps_from is None:  # the first RL step began when the phase before it ended
-            self.steps_from = self.mark
+        pass
 
 
 class PlainLines(Progress):
@@ -106,7 +113,6 @@ class PlainLines(Progress):
         self.line(f"evaluation ({label}): {self.episodes} held-out tasks")
 
     def evaluated(self, label: str, metrics: dict[str, float]) -> None:
-        super().evaluated(label, metrics)
         figures = [f"success {solved(metrics.get('eval/success', 0), self.episodes)}"]
         figures += [f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
                     if k in ("eval/reward", "eval/valid") or k.startswith("eval/pass@")]
@@ -117,12 +123,16 @@ class PlainLines(Progress):
         self.line(f"warm start: {n} steps of imitating the expert, {episodes} episodes each")
 
     def warm(self, k: int, n: int, loss: float) -> None:
-        super().warm(k, n, loss)
         self.line(f"warm start {k}/{n}: loss {loss:.4f} · {clock(self.elapsed())} elapsed, "
                   f"~{clock(self.warm_left(k, n))} left in the warm start")
 
+    def steps_begin(self, tasks: int, group: int) -> None:
+        super().steps_begin(tasks, group)
+        if self.first_step < self.total:
+            self.line(f"steps {self.first_step + 1}-{self.total} of {self.total}: {tasks} task{'s' * (tasks != 1)} "
+                      f"x {group} rollouts each")
+
     def step(self, step: int, metrics: dict[str, float], evaluated: dict[str, float] | None) -> None:
-        super().step(step, metrics, evaluated)
         left = self.left(step)
         eta = f", ~{clock(left)} left" if left is not None else ""
         self.line(f"step {step}/{self.total}: {step_figures(metrics, evaluated, self.episodes)} · "
@@ -150,7 +160,6 @@ class LiveBar(Progress):
         self.bar.update(self.task, description=f"evaluating ({label})")
 
     def evaluated(self, label: str, metrics: dict[str, float]) -> None:
-        super().evaluated(label, metrics)
         self.last_eval = metrics  # shown beside every step after it
 
     def warm_begins(self, n: int, episodes: int) -> None:
@@ -158,11 +167,9 @@ class LiveBar(Progress):
         self.bar.update(self.task, description=f"warm start 0/{n} (imitating the expert)")
 
     def warm(self, k: int, n: int, loss: float) -> None:
-        super().warm(k, n, loss)
         self.bar.update(self.task, description=f"warm start {k}/{n} (imitating the expert), loss {loss:.3f}")
 
     def step(self, step: int, metrics: dict[str, float], evaluated: dict[str, float] | None) -> None:
-        super().step(step, metrics, evaluated)
         shown = step_figures(metrics, evaluated or getattr(self, "last_eval", None), self.episodes)
         self.bar.update(self.task, completed=step, description=shown)
 

@@ -365,6 +365,7 @@ class Trainer:
                         first.update(self.warm_start(logger, progress))
                     logger.log(0, {**first, "mem/peak_rss_gb": peak_rss_gb()})
                     self.save()
+                progress.steps_begin(cfg.train.tasks_per_step, cfg.algo.group_size)
                 while self.step < cfg.train.steps:
                     last = self.train_step()
                     evaluated = None
