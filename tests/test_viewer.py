@@ -515,13 +515,19 @@ def test_a_crafted_run_renders_as_text_and_bad_lines_are_skipped(run, tmp_path):
         f.write(f"weird: .nan\nwhen: 2026-01-01\n7: seven\nnote: '{ATTACK}'\n")  # loads; none of it is JSON
     with (bad / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "reward/mean": NaN}\n{"step": 4, "' + IMG + '": 1}\n')
+    episodes = records(bad, "eval_trajectories.jsonl")
+    episodes[0]["eval"] = {"step": "0", "label": ATTACK, "seen": "yes"}  # wrong types: read as text or unknown
+    episodes[0]["flags"]["query"] = IMG + "\n_ _\n_ _"  # a grid after crafted text
+    lines = [json.dumps(x) for x in episodes] + ['{"step": 0, "steps": [], "eval": 5}', "{cut"]
+    (bad / "eval_trajectories.jsonl").write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(app, ["view", str(bad), "--out", str(tmp_path / "bad.html")])
     assert result.exit_code == 0, result.output
     assert "5 bad line(s) in trajectories.jsonl skipped" in result.output
+    assert "1 bad line(s) in eval_trajectories.jsonl skipped" in result.output  # "{cut"; eval: 5 is no eval
     html_text = (tmp_path / "bad.html").read_text()
     assert ATTACK not in html_text and "<img" not in html_text.split("</style>")[1]
     url = (tmp_path / "bad.html").as_uri()
-    for view in ["", "traj/1/0", "list?q=script", "step/1", "compare/1/0/1/0"]:
+    for view in ["", "traj/1/0", "list?q=script", "step/1", "compare/1/0/1/0", "evals", "eval/0", "traj/e0/0"]:
         dom = browse(f"{url}#/{view}", tmp_path)
         assert "data-pwned" not in dom.root_attrs, view  # nothing from the run ran
         assert not dom.all("img") and not [e for e in dom.all() if any(k.startswith("on") for k in e["attrs"])]
