@@ -6,9 +6,11 @@ status 2 — no traceback.
 
 from __future__ import annotations
 
+import errno
 import os
-import warnings
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -16,27 +18,27 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from selfevolve.config import describe
+from selfevolve.cli_help import Command, ConfigCommand, Group
 from selfevolve.train.signals import exit_code, stop_on_sigterm
 
 err = Console(stderr=True)
 out = Console()
 
+# Nothing heavy is imported at the top (torch, transformers, the trainer, even the config): `selfevolve --help`
+# answers in well under a second; each command imports what it needs.
 app = typer.Typer(
+    cls=Group,
     add_completion=False,
     no_args_is_help=True,
     help="Train LLM agents with multi-turn reinforcement learning (GRPO/RLOO + PPO-clip) on text environments.",
 )
 
-TRAIN_HELP = f"""Train a policy. Options come from defaults, then FILE.yaml (optional), then KEY=VALUE overrides
+TRAIN_HELP = """Train a policy. Options come from defaults, then FILE.yaml (optional), then KEY=VALUE overrides
 (dotted keys, YAML values), e.g.:
 
     selfevolve train model.name=tiny train.steps=5 env.size=3
 
-\b
-All options (key = default  description):
-{describe()}
-"""
+All configuration keys are listed below, by section."""
 
 
 def _quiet_libraries() -> None:
@@ -74,6 +76,18 @@ def _check_port(port: int) -> None:
         _fail(f"--port {port}: a port is 1-65535 (or 0 for any free port)")
 
 
+# Distinct default ports, so that a run can be served and viewed at once.
+SERVE_PORT = 8000  # selfevolve serve: the port OpenAI-compatible servers (vLLM) use by default
+VIEW_PORT = 8765  # selfevolve view --serve
+
+
+def _listen_failed(host: str, port: int, e: OSError) -> None:
+    if e.errno == errno.EADDRINUSE:
+        _fail(f"port {port} on {host} is in use (another server, perhaps `selfevolve serve` or `selfevolve view "
+              f"--serve`); choose another with --port N, or --port 0 for any free port")
+    _fail(f"cannot listen on {host}:{port} ({e.strerror or e})")
+
+
 def _with_config(args: list[str] | None, run):
     """``run(cfg)`` on the config of ``[FILE.yaml] [KEY=VALUE ...]``: a fixable error prints one line and exits 2,
     Ctrl-C exits 130 and SIGTERM 143. Returns ``(cfg, result)``."""
@@ -92,6 +106,7 @@ def _with_config(args: list[str] | None, run):
 
 
 @app.command(
+    cls=ConfigCommand,
     help=TRAIN_HELP,
     short_help="Train a policy (defaults, then FILE.yaml, then KEY=VALUE overrides).",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -102,9 +117,14 @@ def train(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE
 
         return Trainer(cfg, console=err).train()
 
-    cfg, final = _with_config(args, run)
-    shown = {k: round(v, 4) for k, v in final.items() if k.startswith(("eval/", "reward/", "success/"))}
-    out.print(f"done: {cfg.train.steps} steps in {cfg.train.out_dir} · {shown}")
+    start = time.monotonic()
+    cfg, _ = _with_config(args, run)
+    from selfevolve.train.metrics import peak_rss_gb
+    from selfevolve.train.progress import final_sentence
+
+    sentence = final_sentence(Path(cfg.train.out_dir), cfg.seed, cfg.eval.episodes, time.monotonic() - start,
+                              peak_rss_gb())
+    out.print(sentence, highlight=False, markup=False, soft_wrap=True)  # one line, whatever the width
 
 
 SWEEP_HELP = """Train the same configuration once per seed and summarise the seeds together: OUT/seed-N/ holds each
@@ -153,6 +173,7 @@ eval.seed_offset=S. --general also scores 20 general questions (what training di
 
 @app.command(
     "eval",
+    cls=Command,
     help=EVAL_HELP,
     short_help="Evaluate a run or checkpoint on held-out tasks (greedy success, pass@k).",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -188,6 +209,7 @@ Then train on the tasks: selfevolve train env.name=shop env.tasks_file=runs/ques
 
 
 @app.command(
+    cls=Command,
     help=EXPLORE_HELP,
     short_help="Explore a world and write training tasks from it (self-questioning).",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -209,6 +231,7 @@ entropy or advantage), rewards and credit, search trees, filters, text search an
 
 
 @app.command(
+    cls=Command,
     help=VIEW_HELP,
     short_help="View a run's trajectories in the browser (one HTML file, or --serve).",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -218,7 +241,7 @@ def view(
     out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN/view.html)."),
     serve: bool = typer.Option(False, "--serve", help="Serve the viewer over HTTP instead of writing a file."),
     host: str = typer.Option("127.0.0.1", help="--serve: address to listen on."),
-    port: int = typer.Option(8000, help="--serve: port (0: any free port)."),
+    port: int = typer.Option(VIEW_PORT, help="--serve: port (0: any free port)."),
 ) -> None:
     from selfevolve.errors import SelfEvolveError
     from selfevolve.view.load import load_run
@@ -238,14 +261,16 @@ def view(
         _fail(str(e))
     skipped = "".join(f" · {n} bad line(s) in {name} skipped" for name, n in run.summary["skipped"].items())
     notes = "".join(f" · {note}" for note in run.summary["notes"])
-    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{skipped}{notes}"
+    evals = run.summary["evals"]
+    held_out = f", {len(evals)} evaluations of {sum(e['n'] for e in evals)} episodes" if evals else ""
+    shown = f"{len(run.summary['index'])} trajectories, {len(run.summary['steps'])} steps{held_out}{skipped}{notes}"
     if serve:
         from selfevolve.view.serve import make_server
 
         try:
             server = make_server(run, host, port)
         except OSError as e:
-            _fail(f"cannot listen on {host}:{port} ({e.strerror or e})")
+            _listen_failed(host, port, e)
         h, p = server.server_address[:2]
         out.print(f"serving {shown} at http://{h}:{p}/ (Ctrl-C stops)", highlight=False, soft_wrap=True)
         out.file.flush()  # the address must show at once, also when stdout is a pipe
@@ -275,6 +300,7 @@ with logprobs), concurrent requests batched into one generation. See docs/servin
 
 
 @app.command(
+    cls=Command,
     help=SERVE_HELP,
     short_help="Serve a run over an OpenAI-compatible HTTP API (chat, completions, token ids).",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -282,7 +308,7 @@ with logprobs), concurrent requests batched into one generation. See docs/servin
 def serve(
     run_dir: Path = typer.Argument(..., metavar="RUN_OR_CHECKPOINT_DIR"),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface; docs/security.md)."),
-    port: int = typer.Option(8000, help="Port (0: any free port)."),
+    port: int = typer.Option(SERVE_PORT, help="Port (0: any free port)."),
     model_name: Optional[str] = typer.Option(None, help="Model id clients send (default: the run folder's name)."),
     max_tokens: int = typer.Option(512, min=1, help="Largest reply budget a request may ask for."),
     max_prompt_tokens: int = typer.Option(4096, min=1, help="Longest prompt accepted, in tokens."),
@@ -294,21 +320,22 @@ def serve(
 
     _check_port(port)
     _quiet_libraries()
-    try:
-        from selfevolve.serve.app import Server, ServeOptions, bind, create_app, load_served_run, limits_for
+    from selfevolve.serve.app import Server, ServeOptions, bind, create_app, load_served_run, limits_for
 
+    try:
+        sock = bind(host, port)  # before the model loads: a port in use is told at once
+    except OSError as e:
+        _listen_failed(host, port, e)
+    try:
         policy, _, step = load_served_run(run_dir)
     except SelfEvolveError as e:
+        sock.close()
         _fail(str(e))
     # the run's name also for a checkpoint folder (runs/x/checkpoints/step-20 is served as "x", not "step-20")
     folder = run_dir.resolve()
     name = model_name or (folder.parent.parent.name if (folder / "state.json").is_file() else folder.name)
     opts = ServeOptions(limits=limits_for(policy, max_tokens, max_prompt_tokens), max_batch=max_batch,
                         window=batch_window_ms / 1000, request_timeout=request_timeout)
-    try:
-        sock = bind(host, port)
-    except OSError as e:
-        _fail(f"cannot listen on {host}:{port} ({e.strerror or e})")
     server = Server(create_app(policy, name, opts), sock)
     out.print(f"serving {run_dir} (checkpoint step {step}) as model {name!r} at {server.url}/v1 (Ctrl-C stops)",
               highlight=False, soft_wrap=True)
@@ -328,6 +355,7 @@ command reports success."""
 
 
 @app.command(
+    cls=Command,
     help=EXPORT_HELP,
     short_help="Export a run as a standalone Hugging Face model folder (adapter merged, logits checked).",
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -11,9 +11,11 @@ FrozenLake); they are checked against that environment's constructor.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -298,24 +300,59 @@ def save_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def describe() -> str:
-    """Every option with its default and description, for --help."""
-    lines = []
+def type_name(ann) -> str:
+    """A field's type as ``train --help`` shows it: ``int``, ``float | null``, ``grpo | rloo | ...``,
+    ``list[str]``."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (Union, UnionType):
+        return " | ".join("null" if a is type(None) else type_name(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
+    return "any" if ann is Any else getattr(ann, "__name__", str(ann))
+
+
+def yaml_value(v) -> str:
+    """A default as it is written on the command line (YAML): ``null``, ``true``, ``[q_proj, k_proj]``."""
+    if isinstance(v, str):
+        return v if v else "''"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(yaml_value(x) for x in v) + "]"
+    return json.dumps(v) if v is None or isinstance(v, bool) else repr(v)
+
+
+def config_sections() -> list[tuple[str, list[tuple[str, str, str, str]]]]:
+    """Every option, by section (``model``, ``model.lora``, ...): ``[(section, [(key, type, default,
+    description), ...])]`` in the order of the config; the environments' own options are rows of ``env`` (key
+    ``env.<option>``, type the environment's name, default its options)."""
+    sections: list[tuple[str, list]] = []
 
     def walk(cls: type[BaseModel], prefix: str):
+        rows: list[tuple[str, str, str, str]] = []
+        sections.append((prefix.rstrip(".") or "top level", rows))
         for name, f in cls.model_fields.items():
             ann = f.annotation
             if inspect.isclass(ann) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name}.")
-                if ann is EnvConfig:
-                    from selfevolve.envs import ENVS, env_options
-
-                    for env_name, cls in ENVS.items():
-                        opts = ", ".join(f"{k}={v!r}" for k, v in env_options(cls).items())
-                        lines.append(f"  {prefix}{name}.<option> for {env_name}: {opts}")
                 continue
             default = f.default if f.default_factory is None else f.default_factory()
-            lines.append(f"  {prefix}{name} = {default!r}  {f.description or ''}")
+            rows.append((f"{prefix}{name}", type_name(ann), yaml_value(default), f.description or ""))
+        if cls is EnvConfig:
+            from selfevolve.envs import ENVS, env_options
+
+            for env_name, env_cls in ENVS.items():
+                opts = ", ".join(f"{k}={yaml_value(v)}" for k, v in env_options(env_cls).items())
+                rows.append((f"{prefix}<option>", f"for {env_name}", "", opts))
 
     walk(Config, "")
+    return [(name, rows) for name, rows in sections if rows]
+
+
+def describe() -> str:
+    """Every option with its default and description, as plain text (one line each)."""
+    lines = []
+    for _, rows in config_sections():
+        for key, kind, default, desc in rows:
+            lines.append(f"  {key} {kind}: {desc}" if key.endswith("<option>") else f"  {key} = {default}  {desc}")
     return "\n".join(lines)

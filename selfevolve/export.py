@@ -2,8 +2,9 @@
 
 The LoRA adapter is merged into the base weights (peft's ``merge_and_unload``: W + (alpha/r)·B·A per target
 module), and the result written with ``save_pretrained`` (safetensors, no pickles) beside the tokenizer (chat
-template included) and ``selfevolve_export.json`` (where it came from). Anything that loads Hugging Face folders
-can then use it — ``AutoModelForCausalLM.from_pretrained(DIR)``, vLLM, ``model.name=DIR`` in selfevolve —
+template included) and ``selfevolve_export.json`` (where it came from: the run's folder name and the checkpoint's
+path inside the run, never an absolute path, so that the folder can be shared without telling where it was
+made). Anything that loads Hugging Face folders can then use it — ``AutoModelForCausalLM.from_pretrained(DIR)``, vLLM, ``model.name=DIR`` in selfevolve —
 without selfevolve or peft.
 
 A merge can go wrong quietly (a target module the merge skips, a tied embedding written twice, a dtype
@@ -23,6 +24,7 @@ import torch
 
 from selfevolve.errors import SelfEvolveError
 from selfevolve.models.loading import replace_folder
+from selfevolve.train.checkpoint import MODEL_FILES, find_checkpoint
 
 INFO_FILE = "selfevolve_export.json"
 
@@ -49,6 +51,13 @@ def logits_of(model, ids: list[int]) -> torch.Tensor:
     return model(input_ids=torch.tensor([ids], device=device)).logits[0].float().cpu()
 
 
+def model_label(name: str) -> str:
+    """The base model as the export records it: a registered name or hub id as it is, a local folder by its
+    name only (its path says where it lived on the machine that trained, which is nobody else's business)."""
+    path = Path(name).expanduser()
+    return path.name if path.is_absolute() or path.exists() else name
+
+
 def _check_target(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise SelfEvolveError(f"--out {out}: exists and is not a folder")
@@ -73,6 +82,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
     out = Path(out_dir)
     _check_target(out, overwrite)
     cfg, policy, state = load_run(run_dir)
+    ckpt = find_checkpoint(run_dir, need=MODEL_FILES).resolve()  # the one load_run loaded
     probe = probe_ids(policy.tokenizer)
     expected = logits_of(policy.model, probe)  # the adapter model, as selfevolve serves and evaluates it
     model = merged_model(policy)
@@ -89,8 +99,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
         if not diff <= tol:  # `not <=`: a NaN fails too
             raise SelfEvolveError(f"export check failed: the reloaded model's logits differ from the adapter "
                                   f"model's by up to {diff:.3g} (tolerance {tol:.3g}); nothing written")
-        report = {"source": str(Path(run_dir).resolve()), "checkpoint_step": state["step"],
-                  "base_model": cfg.model.name, "dtype": str(dtype).removeprefix("torch."),
+        report = {"run": ckpt.parent.parent.name, "checkpoint": f"{ckpt.parent.name}/{ckpt.name}",
+                  "checkpoint_step": state["step"], "base_model": model_label(cfg.model.name), "dtype": str(dtype).removeprefix("torch."),
                   "lora": cfg.model.lora.model_dump(), "max_abs_logit_diff": diff, "positions": len(probe)}
         (tmp / INFO_FILE).write_text(json.dumps(report, indent=1))
         # mkdtemp made the folder private and the weights file is written 0600: a model folder is meant to be

@@ -9,7 +9,9 @@ here is ``model.name=tiny`` with tiny budgets, and one finished run is shared by
 from __future__ import annotations
 
 import json
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import typer
+from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from conftest import TINY, assert_user_error, cli_env, invoke, joined
@@ -53,7 +57,7 @@ def finished_run(tmp_path_factory, selfevolve_cmd):
     p = selfevolve_cmd("train", *TINY, "train.steps=1", f"train.out_dir={run}")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
-    assert "done: 1 steps" in joined(p.stdout)
+    assert joined(p.stdout).startswith("held-out success ") and f"run folder {run}" in joined(p.stdout)
     return run
 
 
@@ -202,26 +206,76 @@ def test_eval_rejects_non_eval_overrides(finished_run):
 
 
 # ---- help ------------------------------------------------------------------------------------------------------
-def test_train_help():
-    result = CliRunner().invoke(app, ["train", "--help"], terminal_width=100)
+SECTIONS = ["top level", "model", "model.lora", "env", "agent", "algo", "algo.gigpo", "algo.ppo", "algo.self_ac",
+            "reward", "reward.selaur", "attribution", "filter", "rollout", "search", "experience", "questioning",
+            "llm_api", "train", "eval", "distributed"]
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_train_help_lists_every_key_by_section_within_the_width(width):
+    result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": str(width)})
     assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
+    lines = result.output.splitlines()
+    assert max(cell_len(line) for line in lines) <= width  # wrapped to the terminal, nothing cut or spilling
+    titles = [m.group(1) for line in lines if (m := re.match(r"╭─ (\S+(?: level)?) ─", line))]
+    assert titles == ["Arguments", "Options", *SECTIONS]
+    text = " ".join(result.output.replace("│", " ").split())
     for key, desc in [
         ("train.steps", "Training steps"), ("model.name", "'tiny'"), ("env.name", "Environment"),
         ("algo.name", "Advantage estimator"), ("seed", "Global seed"), ("train.resume", "Continue the run"),
-        ("train.overwrite", "replaced"), ("eval.episodes", "Held-out tasks"), ("env.<option> for frozenlake", "size=4"),
+        ("train.overwrite", "replaced"), ("eval.episodes", "Held-out tasks"), ("env.<option>", "size=4"),
         ("train.warm_start_steps", "Behaviour-cloning"),
     ]:
         assert key in text and desc in text, key
+    assert "<bool>" not in result.output  # --help is a flag: it takes no value, so it has no type
+    row = next(line for line in lines if "train.resume" in line)
+    if width >= 120:  # key, type, default and description side by side
+        assert row.split()[1:4] == ["train.resume", "bool", "false"]
+        algo = next(line for line in lines if "algo.name " in line)
+        assert algo.split()[1:7] == ["algo.name", "grpo", "|", "rloo", "|", "gigpo"]
+    else:  # the type and default under the key
+        below = lines[lines.index(row) + 1].replace("│", " ").split()
+        assert below[:3] == ["bool", "=", "false"]
 
 
-@pytest.mark.parametrize("args, needle", [([], "train"), (["eval"], "RUN_OR_CHECKPOINT_DIR")])
+@pytest.mark.parametrize("args, needle", [([], "train"), (["eval"], "RUN_OR_CHECKPOINT_DIR"), (["view"], "--serve")])
 def test_help(args, needle):
     result = CliRunner().invoke(app, [*args, "--help"])
     assert result.exit_code == 0, result.output
-    assert needle in result.output
+    assert needle in result.output and "<bool>" not in result.output
     if not args:
         assert "eval" in result.output
+
+
+def test_help_imports_no_heavy_library():
+    """`selfevolve --help` answers without torch, transformers or the trainer (benchmarks/bench_cli_help.py
+    times it)."""
+    code = ("import sys\nfrom selfevolve.cli import main\nsys.argv = ['selfevolve', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = ('torch', 'transformers', 'peft', 'selfevolve.train.trainer')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "Commands" in p.stdout and p.stdout.splitlines()[-1] == "[]"
+
+
+# ---- ports ----------------------------------------------------------------------------------------------------
+def test_view_and_serve_default_to_different_ports():
+    command = typer.main.get_command(app)
+    ports = {name: next(p.default for p in command.commands[name].params if p.name == "port")
+             for name in ("view", "serve")}
+    assert ports == {"view": 8765, "serve": 8000}
+
+
+def test_a_port_in_use_is_one_clear_line(finished_run):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        for cmd in (["view", finished_run, "--serve"], ["serve", finished_run]):
+            code, err, output = invoke(*cmd, "--port", port)
+            assert_user_error(code, err, output, f"port {port} on 127.0.0.1 is in use",
+                              "choose another with --port N, or --port 0 for any free port")
 
 
 # ---- eval on a finished run ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from conftest import assert_user_error, invoke
 from served_run import make_run
-from selfevolve.export import export_run, logits_of, probe_ids
+from selfevolve.export import export_run, logits_of, model_label, probe_ids
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 from selfevolve.train.run import load_run
@@ -34,6 +34,9 @@ def test_export_reloads_with_the_adapter_models_logits(tmp_path):
     assert torch.allclose(logits_of(reloaded, ids), expected, atol=1e-3)
     info = json.loads((out / "selfevolve_export.json").read_text())
     assert info["checkpoint_step"] == 1 and info["base_model"] == "tiny" and info == report
+    # where it came from, relative to the run: nothing of this machine's folders goes with a shared model
+    assert info["run"] == "run" and info["checkpoint"] == "checkpoints/step-1"
+    assert str(tmp_path) not in (out / "selfevolve_export.json").read_text()
     assert report["max_abs_logit_diff"] < 1e-3
 
 
@@ -61,3 +64,11 @@ def test_export_command_refuses_a_non_empty_folder_and_a_missing_run(tmp_path):
     assert code == 0, out
     assert "max |logit difference|" in out and not (tmp_path / "busy" / "keep.txt").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+
+
+def test_a_local_base_model_is_recorded_by_its_name_only(tmp_path):
+    (tmp_path / "my-model").mkdir()
+    assert model_label(str(tmp_path / "my-model")) == "my-model"
+    assert model_label("/nowhere/else/model") == "model"  # absolute: a path even where it does not exist
+    assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a hub id
+    assert model_label("smollm2-135m") == "smollm2-135m"

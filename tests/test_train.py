@@ -156,7 +156,9 @@ def test_a_run_starts_from_another_runs_adapter(tmp_path):
     assert all(torch.equal(state[k], trained[k]) for k in trained)
     assert not state["value_head.net.weight"].any()
     second.train()
-    assert metrics(tmp_path / "second") == [{"step": 0}]  # eval.at_start=false: nothing evaluated
+    logged = metrics(tmp_path / "second")
+    assert logged == [{"step": 0, "mem/peak_rss_gb": logged[0]["mem/peak_rss_gb"]}]  # eval.at_start=false: nothing
+    assert logged[0]["mem/peak_rss_gb"] > 0.1  # evaluated; the process's peak memory is logged every record
 
 
 def test_smollm2_trains_one_step(tmp_path):

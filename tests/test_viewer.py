@@ -1,7 +1,8 @@
 """The trajectory viewer (``selfevolve view``) on a real tiny run, opened in headless Chromium.
 
 One run is trained for the module (``model.name=tiny``, Self-AC with beam search, so that it has values,
-advantages and search trees) and its page written by the real command. Each test opens a view of the page by its
+advantages and search trees; a short warm start and three evaluations, so that it has a loss curve and evaluation
+episodes) and its page written by the real command. Each test opens a view of the page by its
 URL (the location hash selects the view) with ``chromium --dump-dom``, which prints the DOM after the page's
 scripts ran, and checks what was rendered against the run's own files: counts of steps, groups, turns, coloured
 tokens, tree nodes, filtered rows, and the chat JSONL export read back. No Python browser driver is needed.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -36,6 +38,7 @@ RUN = [
     "model.name=tiny", "model.dtype=fp32", "env.size=3", "env.max_turns=4", "train.steps=2",
     "train.warm_start_steps=0", "train.tasks_per_step=2", "algo.group_size=2", "algo.name=self_ac",
     "rollout.search=beam", "search.m=2", "search.beams=2", "eval.episodes=2", "train.progress=false",
+    "train.warm_start_steps=2", "train.warm_start_tasks=2", "eval.after_warm_start=true",
 ]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -108,6 +111,30 @@ def text(el: dict) -> str:
     return "".join(el["text"])
 
 
+def dump(url: str, tmp: Path) -> str:
+    """The rendered part of the DOM of ``url`` after its scripts ran, serialised (for what the element list does
+    not keep: SVG text in order, table rows); the page's own scripts and data blocks left out."""
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    out = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert re.search(r"<html[^>]*data-ready=", out), f"the page did not finish rendering {url}"
+    return out.split('<div id="app">', 1)[1].split("<script", 1)[0]
+
+
+def js_fmt(x: float, digits: int = 4) -> str:
+    """The page's ``fmt(x, 4)`` for the values checked here (0 and numbers between 1e-4 and 1e4)."""
+    if abs(x) < 1e-12:
+        return "0"
+    r = round(x, digits)
+    return str(int(r)) if r == int(r) else str(r)
+
+
+def phase_rows(markup: str) -> list[list[str]]:
+    """The cells' texts of the time-per-phase table."""
+    rows = re.findall(r'<tr class="phase-row">(.*?)</tr>', markup)
+    return [[re.sub(r"<[^>]*>", "", c).strip() for c in re.findall(r"<td>(.*?)</td>", row)] for row in rows]
+
+
 def records(run: Path, name: str = "trajectories.jsonl") -> list[dict]:
     return [json.loads(line) for line in (run / name).read_text().splitlines()]
 
@@ -124,7 +151,7 @@ def run(tmp_path_factory) -> Path:
         torch.set_num_threads(threads)
     result = CliRunner().invoke(app, ["view", str(out)])
     assert result.exit_code == 0, result.output
-    assert "wrote" in result.output and "8 trajectories, 2 steps" in result.output
+    assert "wrote" in result.output and "8 trajectories, 2 steps, 3 evaluations of 6 episodes" in result.output
     return out
 
 
@@ -191,10 +218,64 @@ def test_summary_shows_curves_evaluations_and_every_step(run, tmp_path):
     assert [e["attrs"]["data-step"] for e in dom.all("tr", "step-row")] == ["1", "2"]
     charts = {e["attrs"]["data-metric"] for e in dom.all("svg", "chart")}
     assert {"reward/mean", "success/rate", "eval/success"} <= charts
-    metrics = records(run, "metrics.jsonl")
-    evals = [m for m in metrics if "eval/success" in m]
-    assert dom.one("table", "evals") and len(dom.all("circle", "eval")) >= len(evals) * 2
+    assert dom.one("table", "evals")
     assert int(dom.root_attrs["data-ready-ms"]) < 2000  # opens and is usable within 2 s
+
+
+def chart_parts(markup: str, metric: str) -> tuple[list[str], list[str], list[str], list[tuple[float, float]]]:
+    """The y tick labels, x tick labels, dot titles and line points of one chart of a dumped page."""
+    svg_text = markup.split(f'data-metric="{metric}"', 1)[1].split("</svg>", 1)[0]
+    ticks = lambda cls: re.findall(rf'class="tick {cls}"[^>]*>([^<]*)<', svg_text)  # noqa: E731
+    line = re.search(r'<polyline[^>]*points="([^"]*)"', svg_text)
+    points = [tuple(map(float, p.split(","))) for p in line.group(1).split()] if line else []
+    return ticks("ytick"), ticks("xtick"), re.findall(r"<title>([^<]*)</title>", svg_text), points
+
+
+def test_charts_have_ticks_the_evaluation_is_one_line_and_flat_series_are_left_out(run, tmp_path):
+    metrics = records(run, "metrics.jsonl")
+    markup = dump(page(run), tmp_path)
+    dom = Dom(markup)
+    for el in dom.all("svg", "chart"):
+        y, x, _, _ = chart_parts(markup, el["attrs"]["data-metric"])
+        assert len(y) >= 2 and len(x) >= 2, el["attrs"]["data-metric"]  # round values along both axes
+    y, x, dots, line = chart_parts(markup, "eval/success")
+    assert y == ["0", "0.5", "1.0"] and x == ["0", "1", "2"]  # a rate: 0 to 1 in steps of 0.5; steps 0..2
+    # one point per evaluation, in order: the start, after the warm start (marked), the end; all on one line
+    want = [f"step 0: {js_fmt(metrics[0]['eval/success'])}", f"after warm start: {js_fmt(metrics[0]['warm/success'])}",
+            f"step 2: {js_fmt(metrics[-1]['eval/success'])}"]
+    assert dots == want and len(line) == 3 and line[0][0] == line[1][0] < line[2][0]
+    assert len(dom.all("circle", "marked")) == 1
+    # the warm start's loss per step, from warm_start.jsonl
+    warm = records(run, "warm_start.jsonl")
+    _, x, dots, line = chart_parts(markup, "warm/loss_bc")
+    assert x == ["1", "2"] and len(line) == len(warm) == 2
+    assert dots == [f"warm-start step {w['warm_step']}: {js_fmt(w['loss_bc'])}" for w in warm]
+    # flat series are not drawn, but named with their value (here the tiny model's success stays 0, and others)
+    drawn = {e["attrs"]["data-metric"] for e in dom.all("svg", "chart")}
+    candidates = ["turns/mean", "eval/reward", "entropy", "loss/policy", "approx_kl", "clip_frac", "grad_norm",
+                  "loss/value", "tokens_per_s", "mem/peak_rss_gb"]
+    for k in candidates:
+        ys = [m[k] for m in metrics if k in m]
+        if len(ys) >= 2 and max(ys) - min(ys) <= 1e-6 * max(1, abs(max(ys)), abs(min(ys))):
+            assert k not in drawn and f"{k} = " in text(dom.one(id="flat")), k
+        elif ys:
+            assert k in drawn, k
+
+
+def test_time_per_phase(run, tmp_path):
+    metrics = records(run, "metrics.jsonl")
+    rows = phase_rows(dump(page(run), tmp_path))
+    later = metrics[1:]
+    want = [("evaluation at the start", metrics[0]["time/eval"]), ("warm start", metrics[0]["time/warm_start"]),
+            ("evaluation after the warm start", metrics[0]["time/eval_warm_start"]),
+            ("rollouts (2 steps)", sum(m["time/rollout"] for m in later)),
+            ("updates (2 steps)", sum(m["time/update"] for m in later)),
+            ("later evaluations", sum(m.get("time/eval", 0) for m in later))]
+    assert [r[0] for r in rows] == [w[0] for w in want]
+    for r, (_, sec) in zip(rows, want):  # every phase here is under a minute
+        assert r[1] == f"{sec:.1f} s"
+    total = sum(sec for _, sec in want)
+    assert [int(r[2].split()[0]) for r in rows] == [round(100 * sec / total) for _, sec in want]
 
 
 def test_step_view_shows_groups_side_by_side(run, tmp_path):
@@ -292,6 +373,120 @@ def test_step_labels_of_a_judge_are_shown_per_turn(run, tmp_path):
     assert labels == ["step label (oracle) GOOD"] + ["step label (oracle) BAD"] * (len(recs[0]["steps"]) - 1)
 
 
+# ---- held-out evaluations ------------------------------------------------------------------------------------
+
+EVALS = [(0, "start"), (0, "after warm start"), (2, "end")]
+
+
+def evaluations(run: Path) -> list[list[dict]]:
+    """eval_trajectories.jsonl's episodes, one list per evaluation, in the order the run took them."""
+    recs = records(run, "eval_trajectories.jsonl")
+    return [[r for r in recs if (r["eval"]["step"], r["eval"]["label"]) == key] for key in EVALS]
+
+
+def grid_rows(observation: str) -> list[list[str]]:
+    """The grid of a FrozenLake observation by hand: its lines of single characters between spaces."""
+    return [line.split(" ") for line in observation.splitlines() if re.fullmatch(r"\S( \S)+", line)]
+
+
+def test_every_evaluation_is_listed_with_its_episodes(run, tmp_path):
+    evs = evaluations(run)
+    assert [len(e) for e in evs] == [2, 2, 2]
+    dom = browse(page(run, "evals"), tmp_path)
+    rows = dom.all("tr", "eval-row")
+    assert [r["attrs"]["data-k"] for r in rows] == ["0", "1", "2"]
+    markup = dump(page(run, "evals"), tmp_path)
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r'<tr class="eval-row"[^>]*>(.*?)</tr>', markup)]
+    assert [c[:3] for c in cells] == [[label, str(step), f"{sum(r['success'] for r in e)}/2"]
+                                      for (step, label), e in zip(EVALS, evs)]
+    assert "seen in training" not in markup  # no task's content is known to be seen or unseen yet
+    assert len(dom.all("tr", "task-row")) == 2  # task by task across the evaluations
+    dom = browse(page(run, "eval/2"), tmp_path)
+    cards = dom.all("a", "ecard")
+    assert [c["attrs"]["data-index"] for c in cards] == ["0", "1"]
+    assert [("ok" in c["attrs"]["class"]) for c in cards] == [r["success"] for r in evs[2]]
+    maps = dom.all("table", "small")  # each episode's map beside it: the 3x3 board of its first observation
+    assert [(m["attrs"]["data-rows"], m["attrs"]["data-cols"]) for m in maps] == [("3", "3")] * 2
+    failed = sum(not r["success"] for r in evs[2])
+    assert browse(page(run, "eval/2?show=failed"), tmp_path).one("div", "ecards")["attrs"]["data-cards"] == str(failed)
+
+
+def test_an_evaluation_episode_opens_like_a_training_trajectory(run, tmp_path):
+    rec = evaluations(run)[2][1]
+    dom = browse(page(run, "traj/e2/1"), tmp_path)
+    assert len(dom.all("section", "turn")) == len(rec["steps"])
+    assert len(dom.all("span", "tok")) == sum(len(s["tokens"]["text"]) for s in rec["steps"])
+    badges = [text(b) for b in dom.all("span", "badge")]
+    assert "evaluation end, step 2" in badges and f"task {rec['task']['id']}" in badges
+    assert not any(b.startswith("advantage") for b in badges)  # an evaluation trains nothing: no advantage
+    links = [e["attrs"]["href"] for e in dom.all("a") if e["attrs"].get("href", "").startswith("#/compare/e")]
+    assert links == ["#/compare/e0/1/e2/1", "#/compare/e1/1/e2/1"]  # the same task before, side by side
+    dom = browse(page(run, "compare/e0/1/e2/1"), tmp_path)
+    before = evaluations(run)[0][1]
+    assert len(dom.all("section", "turn")) == len(before["steps"]) + len(rec["steps"])
+
+
+def test_seen_and_unseen_tasks_are_marked(run, tmp_path):
+    marked = tmp_path / "marked"
+    shutil.copytree(run, marked, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "view.html"))
+    recs = records(marked, "eval_trajectories.jsonl")
+    for r in recs:  # the first task as if its map had been trained on, the second as never seen
+        r["eval"]["seen"] = r["task"]["id"].endswith("0")
+    (marked / "eval_trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert CliRunner().invoke(app, ["view", str(marked)]).exit_code == 0
+    markup = dump(page(marked, "evals"), tmp_path)
+    head = re.search(r'<table class="eval-runs">(.*?)</tr>', markup).group(1)
+    assert re.findall(r"<th>(.*?)</th>", head) == ["evaluation", "step", "solved", "seen in training", "unseen", ""]
+    evs = evaluations(marked)
+    for row, e in zip(re.findall(r'<tr class="eval-row"[^>]*>(.*?)</tr>', markup), evs):
+        seen = [r for r in e if r["eval"]["seen"]]
+        unseen = [r for r in e if not r["eval"]["seen"]]
+        assert re.findall(r"<td>(.*?)</td>", row)[3:5] == [f"{sum(r['success'] for r in seen)}/1",
+                                                            f"{sum(r['success'] for r in unseen)}/1"]
+    dom = browse(page(marked, "eval/0?show=unseen"), tmp_path)
+    assert dom.one("div", "ecards")["attrs"]["data-cards"] == "1"
+    assert [text(b) for b in dom.all("span", "unseen")][-1] == "unseen never trained on"
+    badges = [text(b) for b in browse(page(marked, "traj/e0/0"), tmp_path).all("span", "badge")]
+    assert "seen in training" in badges
+
+
+def test_grid_observations_are_drawn_as_grids(run, tmp_path):
+    rec = [r for r in records(run) if r["step"] == 1][0]
+    markup = dump(page(run, "traj/1/0"), tmp_path)
+    grids = re.findall(r'<table class="grid" data-rows="(\d+)" data-cols="(\d+)">(.*?)</table>', markup)
+    shown = [rec["flags"].get("query") or request(run, rec)] + [s["observation"] for s in rec["steps"]]
+    want = [grid_rows(o) for o in shown if len(grid_rows(o)) >= 2]
+    assert len(grids) == len(want) >= 2  # the task's first observation and every observation with a board
+    for (rows, cols, body), cells in zip(grids, want):
+        assert (int(rows), int(cols)) == (len(cells), len(cells[0])) == (3, 3)
+        assert re.findall(r"<td[^>]*>(.*?)</td>", body) == [c for row in cells for c in row]  # "_" cells too
+    assert "Left:" in markup.split('class="obs gridobs"', 1)[1].split("</div>", 1)[0]  # the hint stays text
+    dom = browse(page(run, "step/1"), tmp_path)  # each group's map beside it
+    groups = dom.all("section", "group")
+    assert len(dom.all("table", "small")) == len(groups) == 2
+
+
+def test_a_prompt_opens_at_its_end(run, tmp_path):
+    markup = dump(page(run, "traj/2/1?prompts=open"), tmp_path)
+    boxes = re.findall(r'<div class="scroll-end"><pre class="prompt">', markup)
+    assert len(boxes) == len([r for r in records(run) if r["step"] == 2][1]["steps"])
+    css = (run / "view.html").read_text().split("<style>")[1].split("</style>")[0]
+    assert ".scroll-end { display: flex; flex-direction: column-reverse;" in css  # starts scrolled to the end
+
+
+def test_unused_columns_are_left_out(run, tmp_path):
+    heads = lambda m: re.findall(r"<th>(.*?)</th>", m.split('<table class="list">')[1].split("</tr>")[0])  # noqa
+    assert heads(dump(page(run, "list"), tmp_path)) == ["", "step", "group", "task", "reward", "success", "turns",
+                                                         "advantage", ""]  # no judge ran: no judge column
+    judged = tmp_path / "judged"
+    shutil.copytree(run, judged, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "view.html"))
+    recs = records(judged)
+    recs[0]["flags"]["judge_score"] = 0.5
+    (judged / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert CliRunner().invoke(app, ["view", str(judged)]).exit_code == 0
+    assert "judge" in heads(dump(page(judged, "list"), tmp_path))
+
+
 # ---- untrusted run folders ------------------------------------------------------------------------------------
 
 ATTACK = '</script><script>document.documentElement.setAttribute("data-pwned","1")</script>'
@@ -320,13 +515,19 @@ def test_a_crafted_run_renders_as_text_and_bad_lines_are_skipped(run, tmp_path):
         f.write(f"weird: .nan\nwhen: 2026-01-01\n7: seven\nnote: '{ATTACK}'\n")  # loads; none of it is JSON
     with (bad / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "reward/mean": NaN}\n{"step": 4, "' + IMG + '": 1}\n')
+    episodes = records(bad, "eval_trajectories.jsonl")
+    episodes[0]["eval"] = {"step": "0", "label": ATTACK, "seen": "yes"}  # wrong types: read as text or unknown
+    episodes[0]["flags"]["query"] = IMG + "\n_ _\n_ _"  # a grid after crafted text
+    lines = [json.dumps(x) for x in episodes] + ['{"step": 0, "steps": [], "eval": 5}', "{cut"]
+    (bad / "eval_trajectories.jsonl").write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(app, ["view", str(bad), "--out", str(tmp_path / "bad.html")])
     assert result.exit_code == 0, result.output
     assert "5 bad line(s) in trajectories.jsonl skipped" in result.output
+    assert "1 bad line(s) in eval_trajectories.jsonl skipped" in result.output  # "{cut"; eval: 5 is no eval
     html_text = (tmp_path / "bad.html").read_text()
     assert ATTACK not in html_text and "<img" not in html_text.split("</style>")[1]
     url = (tmp_path / "bad.html").as_uri()
-    for view in ["", "traj/1/0", "list?q=script", "step/1", "compare/1/0/1/0"]:
+    for view in ["", "traj/1/0", "list?q=script", "step/1", "compare/1/0/1/0", "evals", "eval/0", "traj/e0/0"]:
         dom = browse(f"{url}#/{view}", tmp_path)
         assert "data-pwned" not in dom.root_attrs, view  # nothing from the run ran
         assert not dom.all("img") and not [e for e in dom.all() if any(k.startswith("on") for k in e["attrs"])]
@@ -367,6 +568,9 @@ def test_serve_sends_each_step_on_demand(run, tmp_path):
         assert 'id="steps-1"' not in home and '"mode":"serve"' in home  # the steps are not in the page
         step = json.loads(urllib.request.urlopen(base + "/data/steps/2.json").read())
         assert len(step) == 4 and step[0]["step"] == 2
+        episodes = json.loads(urllib.request.urlopen(base + "/data/evals/2.json").read())
+        assert [e["eval"]["label"] for e in episodes] == ["end", "end"]
+        assert 'id="evals-2"' not in home and 'id="evals-2"' in (run / "view.html").read_text()
         for path in ["/data/steps/../../etc/passwd", "/config.yaml", "/data/steps/x.json"]:
             with pytest.raises(urllib.error.HTTPError) as e:
                 urllib.request.urlopen(base + path)

@@ -35,7 +35,7 @@ def test_world_options_are_validated_like_env_options():
 
 def test_help_lists_the_world_options():
     text = describe()
-    assert "env.<option> for shop: split='train', level=None" in text
+    assert "env.<option> for shop: split=train, level=null" in text
     assert "env.<option> for tables:" in text and "data_seed=0" in text
 
 

@@ -2,22 +2,30 @@
 
 Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval/success``, ``eval/pass@k``,
 ``loss/policy``, ``kl``, ``clip_frac``, ``entropy``, ``grad_norm``, ``time/rollout``, ``time/update``,
-``tokens_per_s``. ``entropy`` is the policy's mean entropy (at ``agent.temperature``) over the generated
-tokens, measured during the update (over the rows the update runs: ``update/idle_rows`` is the fraction it
-leaves out because all their advantages are 0, ``selfevolve/train/update.py``).
+``tokens_per_s``, ``mem/peak_rss_gb`` (:func:`peak_rss_gb`). ``entropy`` is the policy's mean entropy (at
+``agent.temperature``) over the generated tokens, measured during the update (over the rows the update runs:
+``update/idle_rows`` is the fraction it leaves out because all their advantages are 0,
+``selfevolve/train/update.py``).
 
 Per intent: environments that put ``info["intent"]`` in their steps (the tool worlds: ``cancel_order``,
 ``flight_count``, ...) also get ``success/intent/<intent>`` (training rollouts) and
 ``eval/success/intent/<intent>`` (evaluation): the success rate of the episodes of that intent in the batch.
 An intent with no episode in a batch has no value at that step (it is left out, not logged as 0).
+
+Time per phase: ``time/rollout`` and ``time/update`` of every step, ``time/eval`` of a record with an
+evaluation, and at step 0 ``time/warm_start`` and ``time/eval_warm_start``. The warm start's loss per
+behaviour-cloning step goes to ``warm_start.jsonl`` (and TensorBoard's ``warm/loss_bc``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from selfevolve.types import Trajectory
+
+WARM_LOG = "warm_start.jsonl"
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
@@ -49,6 +57,18 @@ def intent_success(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
         if intent:
             by_intent.setdefault(str(intent), []).append(bool(t.success))
     return {f"{prefix}{k}": sum(v) / len(v) for k, v in sorted(by_intent.items())}
+
+
+def peak_rss_gb() -> float | None:
+    """This process's peak resident memory so far, in GB (10^9 bytes), from ``getrusage``'s ``ru_maxrss`` (KiB
+    on Linux, bytes on macOS); None where there is none (Windows). Rollout workers of the Ray backend are other
+    processes and not counted."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak * (1 if sys.platform == "darwin" else 1024) / 1e9, 3)
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
@@ -93,6 +113,13 @@ class MetricsLogger:
         """A TensorBoard-only point (e.g. a warm-start curve with its own step count)."""
         if self.writer is not None:
             self.writer.add_scalar(name, value, step)
+
+    def warm_step(self, k: int, loss: float, seconds: float) -> None:
+        """One behaviour-cloning step of the warm start: a line of ``warm_start.jsonl`` (all at step 0, before
+        any RL step) and TensorBoard's ``warm/loss_bc`` at ``k``."""
+        with (self.path.parent / WARM_LOG).open("a") as f:
+            f.write(json.dumps({"step": 0, "warm_step": k, "loss_bc": loss, "seconds": round(seconds, 3)}) + "\n")
+        self.scalar("warm/loss_bc", loss, k)
 
     def close(self) -> None:
         if self.writer is not None:

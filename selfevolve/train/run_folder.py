@@ -11,12 +11,14 @@ from selfevolve.envs import ENVS, env_options
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.models.llm import LOG as LLM_LOG
+from selfevolve.train.metrics import WARM_LOG
+from selfevolve.view.record import EVAL_LOG
 from selfevolve.untrusted import load_yaml
 
 # Sections that define a run: resuming with different values would silently train something else.
 RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "sampling", "rollout", "search", "experience")
-# JSONL records keyed by step
-STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", LLM_LOG)
+# JSONL records keyed by step (a resume drops those after its checkpoint)
+STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", EVAL_LOG, WARM_LOG, LLM_LOG)
 RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
 
 

@@ -11,7 +11,8 @@ Features
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
 - held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
 - checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
-- metrics to ``metrics.jsonl`` and TensorBoard, rollouts to ``trajectories.jsonl``, a live progress bar.
+- metrics to ``metrics.jsonl`` and TensorBoard, rollouts to ``trajectories.jsonl``, every evaluation's episodes to
+  ``eval_trajectories.jsonl``; progress as a live bar on a terminal, plain lines elsewhere (``train/progress.py``).
 
 Usage from Python::
 
@@ -32,7 +33,6 @@ import torch
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from selfevolve.config import Config
 from selfevolve.envs import make_env
@@ -51,7 +51,8 @@ from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_che
                                         remove_partial_writes, save_checkpoint)
 from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
-from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
+from selfevolve.train.metrics import MetricsLogger, peak_rss_gb, rollout_metrics, truncate_jsonl
+from selfevolve.train.progress import Progress, make_progress
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
 from selfevolve.train.samples import build_rows
 from selfevolve.train.self_ac import episode_values, self_ac_update
@@ -60,7 +61,7 @@ from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention
 from selfevolve.train.update import NonFinite, compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
-from selfevolve.view.record import returns_minus_values, trajectory_records
+from selfevolve.view.record import EVAL_LOG, eval_records, returns_minus_values, trajectory_records
 
 class Trainer:
     def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
@@ -344,49 +345,64 @@ class Trainer:
                           returns=batch.per_step(returns) if returns is not None else None, values=values)
         return rows, metrics
 
-    def evaluate(self, episodes: int | None = None, pass_k: int | None = None) -> dict[str, float]:
+    def evaluate(self, episodes: int | None = None, pass_k: int | None = None, label: str | None = None
+                 ) -> dict[str, float]:
+        """Held-out evaluation; with a ``label`` (and ``train.log_trajectories``) its greedy episodes are
+        appended to ``eval_trajectories.jsonl`` for the viewer."""
         e = self.cfg.eval
-        return evaluate(
+        episodes_out = [] if label is not None and self.cfg.train.log_trajectories else None
+        result = evaluate(
             self.policy, self.env_cls, eval_env_options(self.env_cls, self.env_options, e.env), self.builder,
             episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
             seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
             experience=self.experience if e.experience == "on" else None, accumulate=e.accumulate, chunk=e.chunk,
-            seen=self.seen, general=e.general,
+            seen=self.seen, general=e.general, episodes_out=episodes_out,
         )
+        if episodes_out:
+            with (self.out_dir / EVAL_LOG).open("a") as f:
+                for rec in eval_records(episodes_out, self.step, label, self.policy, self.builder, self.cfg,
+                                        seen=self.seen):
+                    f.write(json.dumps(rec) + "\n")
+        return result
+
+    def _evaluate_phase(self, label: str, progress: Progress) -> tuple[dict[str, float], float]:
+        """An evaluation as a phase of the run: reported, its episodes logged; returns its metrics and seconds."""
+        progress.evaluating(label)
+        t0 = time.perf_counter()
+        self.last_eval = self.evaluate(label=label)
+        progress.evaluated(label, self.last_eval)
+        return self.last_eval, time.perf_counter() - t0
 
     # ---- the loop ---------------------------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
         cfg = self.cfg
         logger = MetricsLogger(self.out_dir, purge_step=self.step + 1 if self.resumed else None)
         last: dict[str, float] = {}
-        progress = Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.description}"),
-            console=self.console, disable=not cfg.train.progress, transient=False,
-        )
+        progress = make_progress(self.console, cfg.train.progress, cfg.train.steps, self.step, cfg.eval.episodes)
         try:
             with stop_on_sigterm(), progress:  # SIGTERM stops the run like Ctrl-C (train/signals.py)
-                bar = progress.add_task("", total=cfg.train.steps, completed=self.step)
                 if self.step == 0 and not self.resumed:
                     first: dict[str, float] = {}
                     if cfg.eval.at_start:
-                        progress.update(bar, description="evaluating the untrained policy")
-                        self.last_eval = self.evaluate()
-                        first = dict(self.last_eval)
+                        ev, seconds = self._evaluate_phase("start", progress)
+                        first.update({**ev, "time/eval": seconds})
                     if cfg.train.warm_start_steps and has_expert(self.env_cls, self.env_options):
-                        first.update(self.warm_start(logger, progress, bar))
-                    logger.log(0, first)
+                        first.update(self.warm_start(logger, progress))
+                    logger.log(0, {**first, "mem/peak_rss_gb": peak_rss_gb()})
                     self.save()
+                progress.steps_begin(cfg.train.tasks_per_step, cfg.algo.group_size)
                 while self.step < cfg.train.steps:
                     last = self.train_step()
+                    evaluated = None
                     if self._eval_due():
-                        progress.update(bar, description="evaluating")
-                        self.last_eval = self.evaluate()
-                        last.update(self.last_eval)
+                        label = "end" if self.step == cfg.train.steps else f"step {self.step}"
+                        evaluated, seconds = self._evaluate_phase(label, progress)
+                        last.update({**evaluated, "time/eval": seconds})
+                    last["mem/peak_rss_gb"] = peak_rss_gb()
                     logger.log(self.step, last)
                     if self.step % cfg.train.save_every == 0 or self.step == cfg.train.steps:
                         self.save()
-                    progress.update(bar, completed=self.step, description=_live(last, self.last_eval))
+                    progress.step(self.step, last, evaluated)
         except KeyboardInterrupt as stop:
             how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
             self.console.print(
@@ -403,27 +419,32 @@ class Trainer:
         """Stop the rollout workers, if any (the Ray backend); the trainer stays usable (they restart)."""
         self.rollouts.close()
 
-    def warm_start(self, logger: MetricsLogger, progress: Progress, bar) -> dict[str, float]:
+    def warm_start(self, logger: MetricsLogger, progress: Progress) -> dict[str, float]:
         """Behaviour cloning on expert episodes (see ``selfevolve/train/warm_start.py``); returns its summary."""
         cfg = self.cfg
         n = cfg.train.warm_start_steps
+        per_step = cfg.train.warm_start_tasks or cfg.train.tasks_per_step * cfg.algo.group_size
         losses = []
+        progress.warm_begins(n, per_step)
+        t0 = time.perf_counter()
         for k in range(n):
-            progress.update(bar, description=f"warm start {k + 1}/{n} (imitating the expert)")
-            tasks = self.tasks.stream.next(cfg.train.warm_start_tasks or cfg.train.tasks_per_step * cfg.algo.group_size)
+            t1 = time.perf_counter()
+            tasks = self.tasks.stream.next(per_step)
             trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
             self.seen.update(t.task.content for t in trajs)
             rows = build_rows(trajs, [0.0] * len(trajs))
             with self._stop_if_not_finite(f"warm-start step {k + 1}"):
                 st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
             losses.append(st["loss/bc"])
-            logger.scalar("warm/loss_bc", st["loss/bc"], k + 1)
-        summary = {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1]}
+            logger.warm_step(k + 1, st["loss/bc"], time.perf_counter() - t1)
+            progress.warm(k + 1, n, st["loss/bc"])
+        summary = {"warm/steps": n, "warm/loss_bc_first": losses[0], "warm/loss_bc_last": losses[-1],
+                   "time/warm_start": time.perf_counter() - t0}
         if not cfg.eval.after_warm_start:
             return summary
-        progress.update(bar, description="evaluating after the warm start")
-        self.last_eval = self.evaluate()
-        return summary | {f"warm/{k.removeprefix('eval/')}": v for k, v in self.last_eval.items()}
+        ev, seconds = self._evaluate_phase("after warm start", progress)
+        warm = {f"warm/{k.removeprefix('eval/')}": v for k, v in ev.items()}
+        return summary | warm | {"time/eval_warm_start": seconds}
 
     @contextlib.contextmanager
     def _stop_if_not_finite(self, where: str):
@@ -439,18 +460,6 @@ class Trainer:
     def _eval_due(self) -> bool:
         every = self.cfg.train.eval_every
         return self.step == self.cfg.train.steps or (every > 0 and self.step % every == 0)
-
-
-def _live(m: dict[str, float], ev: dict[str, float]) -> str:
-    parts = [
-        f"reward {m.get('reward/mean', 0):.3f}",
-        f"success {m.get('success/rate', 0):.2f}",
-        f"valid {m.get('valid/rate', 0):.2f}",
-    ]
-    if "eval/success" in ev:
-        parts.append(f"eval {ev['eval/success']:.2f}")
-    parts.append(f"{m.get('tokens_per_s', 0):.0f} tok/s")
-    return " · ".join(parts)
 
 
 def find_checkpoint_or_none(out_dir: Path):

@@ -8,8 +8,9 @@ number is, lists of equal length for token statistics). A line that is malformed
 shape is skipped and counted, never a crash: the page shows the counts.
 
 Only the fields the page shows are kept. The result is plain JSON-able data: ``RunData.summary`` for the page's
-first screen (config, metrics, one small index entry per trajectory) and ``RunData.steps`` / ``RunData.trees``,
-which the page reads one step at a time.
+first screen (config, metrics, one small index entry per trajectory, the evaluations and the warm start's
+losses) and ``RunData.steps`` / ``RunData.trees`` / ``RunData.evals`` (the episodes of each held-out evaluation,
+in the order of ``eval_trajectories.jsonl``), which the page reads one step (or evaluation) at a time.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class RunData:
     summary: dict[str, Any]
     steps: dict[int, list[dict]] = field(default_factory=dict)
     trees: dict[int, list[dict]] = field(default_factory=dict)
+    evals: dict[int, list[dict]] = field(default_factory=dict)
 
 
 # ---- field by field ------------------------------------------------------------------------------------------
@@ -162,6 +164,42 @@ def tree(rec: Any) -> dict:
                       "kept": n.get("kept") is True})
     return {"step": rec["step"], "task": text(rec.get("task"), 500), "strategy": text(rec.get("strategy"), 50),
             "scorer": text(rec.get("scorer"), 50), "nodes": nodes}
+
+
+def eval_trajectory(rec: Any) -> dict:
+    """One line of ``eval_trajectories.jsonl``: a trajectory with ``eval: {"step", "label", "seen"}`` (seen:
+    true, false or None when unknown)."""
+    t = trajectory(rec)
+    ev = rec.get("eval") if isinstance(rec.get("eval"), dict) else {}
+    seen = ev.get("seen")
+    t["eval"] = {"step": integer(ev.get("step")) if integer(ev.get("step")) is not None else t["step"],
+                 "label": text(ev.get("label"), 100), "seen": seen if isinstance(seen, bool) else None}
+    return t
+
+
+def group_evals(trajs: list[dict]) -> tuple[dict[int, list[dict]], list[dict]]:
+    """Episodes grouped into evaluations (one per step and label, numbered in file order) and a summary entry of
+    each: its step, label, episodes and successes, and per episode ``[task id, success, seen]``."""
+    evals: dict[int, list[dict]] = {}
+    keys: dict[tuple[int, str], int] = {}
+    for t in trajs:
+        k = keys.setdefault((t["eval"]["step"], t["eval"]["label"]), len(keys))
+        evals.setdefault(k, []).append(t)
+    summary = []
+    for (step, label), k in keys.items():
+        for i, t in enumerate(evals[k]):
+            t["index"] = i
+        summary.append({"k": k, "step": step, "label": label, "n": len(evals[k]),
+                        "ok": sum(t["success"] for t in evals[k]),
+                        "tasks": [[t["task"]["id"], t["success"], t["eval"]["seen"]] for t in evals[k]]})
+    return evals, summary
+
+
+def warm_step(rec: Any) -> dict:
+    """One line of ``warm_start.jsonl``: the behaviour-cloning step, its loss and seconds."""
+    if not isinstance(rec, dict) or integer(rec.get("warm_step")) is None or num(rec.get("loss_bc")) is None:
+        raise ValueError("not a warm start record")
+    return {"k": rec["warm_step"], "loss": num(rec["loss_bc"]), "seconds": num(rec.get("seconds"))}
 
 
 def searchable(t: dict) -> str:
@@ -307,8 +345,9 @@ def load_run(root: str | Path) -> RunData:
         trees[t.pop("step")].append(t)
     attach_search_requests(steps, trees)
     attach_judge_replies(steps, read_jsonl(root / "llm_calls.jsonl", llm_call, skipped))
-    wanted = {i for ts in steps.values() for t in ts for i in (*t["insights"], *(r for u in t["turns"]
-                                                                                  for r in u["recalled"]))}
+    evals, eval_summary = group_evals(read_jsonl(root / "eval_trajectories.jsonl", eval_trajectory, skipped))
+    every = [t for ts in (*steps.values(), *evals.values()) for t in ts]
+    wanted = {i for t in every for i in (*t["insights"], *(r for u in t["turns"] for r in u["recalled"]))}
     pool, pool_counts = pool_items(root / "experience.sqlite", wanted, skipped)
     index = []
     for s in sorted(steps):
@@ -325,9 +364,11 @@ def load_run(root: str | Path) -> RunData:
         "index": index,
         "steps": sorted(steps),
         "trees": {str(s): len(v) for s, v in sorted(trees.items())},
+        "evals": eval_summary,
+        "warm": read_jsonl(root / "warm_start.jsonl", warm_step, skipped),
         "pool": pool,
         "pool_counts": pool_counts,
         "skipped": dict(skipped),
         "notes": notes,
     }
-    return RunData(root, summary, dict(steps), dict(trees))
+    return RunData(root, summary, dict(steps), dict(trees), evals)

@@ -1,7 +1,7 @@
 """The viewer as one self-contained HTML file: the page's script and styles inline, the run's data embedded.
 
 The data go into ``<script type="application/json">`` blocks, which the browser never executes: the run summary
-(parsed at load) and one block per step and per step's search trees (parsed the first time a view needs that
+(parsed at load) and one block per step, per step's search trees and per evaluation (parsed the first time a view needs that
 step, so a run of 10,000 trajectories opens as fast as its summary parses). JSON text is made safe for the
 inside of a ``<script>`` element by escaping ``<``, ``>`` and ``&`` (so ``</script>`` in a reply cannot end
 the block) and U+2028/U+2029.
@@ -21,7 +21,7 @@ from importlib import resources
 
 from selfevolve.view.load import RunData
 
-SCRIPTS = ("core.js", "summary.js", "trajectory.js", "tree.js")
+SCRIPTS = ("core.js", "summary.js", "trajectory.js", "evals.js", "tree.js")
 
 
 def _static(name: str) -> str:
@@ -60,6 +60,8 @@ def build_html(run: RunData, serve: bool = False) -> str:
             blocks.append(f'<script type="application/json" id="steps-{s}">{script_json(trajs)}</script>')
         for s, trees in sorted(run.trees.items()):
             blocks.append(f'<script type="application/json" id="trees-{s}">{script_json(trees)}</script>')
+        for k, trajs in sorted(run.evals.items()):
+            blocks.append(f'<script type="application/json" id="evals-{k}">{script_json(trajs)}</script>')
     return "\n".join([
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -1,4 +1,5 @@
-"""What a run records for the viewer, next to each trajectory it logs (``RUN/trajectories.jsonl``).
+"""What a run records for the viewer, next to each trajectory it logs (``RUN/trajectories.jsonl``, and the
+greedy episodes of every held-out evaluation in ``RUN/eval_trajectories.jsonl``).
 
 ``Trajectory.to_dict(with_ids=False)`` leaves out the token ids (prompt ids grow with every turn). The viewer
 needs a readable, compact form of some of what they carried, so each logged record also gets:
@@ -18,12 +19,17 @@ needs a readable, compact form of some of what they carried, so each logged reco
 Advantages and values are recorded where the trainer computes them (``flags["advantages"]``,
 ``flags["values"]``, one per turn): every estimator here broadcasts a turn's advantage to all tokens of its
 reply, so the per-token advantage is the turn's.
+
+An evaluation's episode is recorded the same way, with ``"eval": {"step", "label", "seen"}``: the training
+step it was taken at, which evaluation it was (``start``, ``after warm start``, ``step N``, ``end``), and
+whether its task's content was trained on (``null``: not known).
 """
 
 from __future__ import annotations
 
 from os.path import commonprefix
 
+EVAL_LOG = "eval_trajectories.jsonl"
 DIGITS = 3  # log-probs and entropies to 0.001 nats: finer than any colour scale shows, and short in JSON
 WINDOW = 4  # tokens of left context when decoding one token (see token_pieces)
 
@@ -111,4 +117,14 @@ def trajectory_records(trajs, step: int, policy, builder, cfg) -> list[dict]:
                                "logprob": [round(x, DIGITS) for x in s.logprobs],
                                "entropy": [round(x, DIGITS) for x in s.entropy]}
         records.append(rec)
+    return records
+
+
+def eval_records(trajs, step: int, label: str, policy, builder, cfg, seen=frozenset()) -> list[dict]:
+    """The lines of ``eval_trajectories.jsonl`` for one evaluation: :func:`trajectory_records` of its greedy
+    episodes, each with ``"eval": {"step", "label", "seen"}``; ``seen``: whether the task's content is one the run
+    trained on (``seen``: the run's content digests, ``envs/holdout.py``; never on the held-out test split)."""
+    records = trajectory_records(trajs, step, policy, builder, cfg)
+    for rec, traj in zip(records, trajs):
+        rec["eval"] = {"step": step, "label": label, "seen": bool(traj.task.content and traj.task.content in seen)}
     return records

@@ -1,7 +1,8 @@
 """``selfevolve view RUN --serve``: the viewer over HTTP, for runs too large for one file.
 
 The page is the same; only its data source differs: the server sends the summary with the page and each step's
-trajectories and search trees when the page asks for them (``/data/steps/N.json``, ``/data/trees/N.json``),
+trajectories and search trees when the page asks for them (``/data/steps/N.json``, ``/data/trees/N.json``,
+and an evaluation's episodes, ``/data/evals/K.json``),
 so the browser never holds more than the steps that were opened; a text search runs here
 (``/data/search.json?q=...``: the matching ``[step, index]`` pairs) instead of sending every step. Standard
 library only (``http.server``); it binds to 127.0.0.1 by default and serves nothing but these paths.
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from selfevolve.view.load import RunData, searchable
 from selfevolve.view.page import assets, build_html, content_policy, script_json
 
-DATA = re.compile(r"^/data/(steps|trees)/(-?\d{1,12})\.json$")
+DATA = re.compile(r"^/data/(steps|trees|evals)/(-?\d{1,12})\.json$")
 
 
 def make_handler(run: RunData):
@@ -35,7 +36,7 @@ def make_handler(run: RunData):
 
     @lru_cache(maxsize=64)  # a search asks for every step in turn; revisits are served without re-encoding
     def data(kind: str, step: int) -> bytes:
-        store = run.steps if kind == "steps" else run.trees
+        store = {"steps": run.steps, "trees": run.trees, "evals": run.evals}[kind]
         return script_json(store.get(step, [])).encode("utf-8", errors="replace")
 
     class Handler(BaseHTTPRequestHandler):
@@ -73,6 +74,6 @@ def make_handler(run: RunData):
     return Handler
 
 
-def make_server(run: RunData, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
+def make_server(run: RunData, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
     """A server for ``run`` (``port=0``: any free port; see ``server.server_address``)."""
     return ThreadingHTTPServer((host, port), make_handler(run))

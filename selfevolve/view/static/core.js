@@ -4,7 +4,7 @@
 'use strict';
 
 const RUN = JSON.parse(document.getElementById('run-data').textContent);
-const cache = {steps: new Map(), trees: new Map()};
+const cache = {steps: new Map(), trees: new Map(), evals: new Map()};
 const selected = new Set(); // trajectories chosen for export, as "step/index"
 
 // ---- DOM ------------------------------------------------------------------------------------------------
@@ -80,8 +80,20 @@ async function loadJSON(kind, step) {
   store.set(step, data);
   return data;
 }
-const stepData = (s) => loadJSON('steps', s);
+// A "source" of trajectories: a training step (a number) or a held-out evaluation ("e" and its number, "e2"),
+// so that the trajectory and compare views show both alike.
+const isEval = (s) => typeof s === 'string' && /^e\d+$/.test(s);
+const parseSource = (x) => (/^e\d+$/.test(x || '') ? x : Number(x));
+const evalOf = (s) => RUN.evals[Number(s.slice(1))] || null;
+const stepData = (s) => (isEval(s) ? loadJSON('evals', Number(s.slice(1))) : loadJSON('steps', s));
 const treeData = (s) => loadJSON('trees', s);
+const sourceLink = (s) => link(isEval(s) ? 'eval/' + s.slice(1) : 'step/' + s);
+
+function sourceName(s) {
+  if (!isEval(s)) return 'step ' + s;
+  const ev = evalOf(s);
+  return ev ? `evaluation "${ev.label}" (step ${ev.step})` : 'evaluation ' + s.slice(1);
+}
 
 async function getTraj(s, i) {
   const trajs = await stepData(s);
@@ -150,9 +162,11 @@ const VIEWS = {};
 
 function topBar() {
   const r = route();
-  const tab = (path, label) => h('a', {href: '#/' + path, class: (r.parts[0] || '') === path ? 'on' : ''}, label);
+  const here = r.parts[0] === 'eval' ? 'evals' : r.parts[0] || '';
+  const tab = (path, label) => h('a', {href: '#/' + path, class: here === path ? 'on' : ''}, label);
   return h('header', null, h('span', {class: 'brand'}, 'selfevolve view'), h('span', {class: 'run'}, RUN.name),
-    h('nav', null, tab('', 'Summary'), tab('list', 'Trajectories'), tab('steps', 'Steps')), h('span', {id: 'status'}));
+    h('nav', null, tab('', 'Summary'), tab('list', 'Trajectories'), tab('steps', 'Steps'),
+      RUN.evals.length ? tab('evals', 'Evaluations') : null), h('span', {id: 'status'}));
 }
 
 function status(msg) {
@@ -183,3 +197,53 @@ async function render() {
 }
 
 window.addEventListener('hashchange', render);
+
+// ---- grid observations (FrozenLake, Sokoban): rows of one-character cells separated by spaces --------------
+// Drawn as a grid of squares, so that a row of "_" cells is a row of ice, not something that looks like a blank
+// line; the text around the grid (FrozenLake's hint line) stays text.
+const PALETTES = {
+  frozenlake: {'_': ['#e3f0fb', '#9db4c8'], O: ['#1d3557', '#fff'], G: ['#43a047', '#fff'], P: ['#2457c5', '#fff'],
+    X: ['#c62828', '#fff'], '√': ['#1a7f37', '#fff'], T: ['#f0c36d', '#1d2330']},
+  sokoban: {'#': ['#5b6270', '#5b6270'], '_': ['#f3efe6', '#c9c2b2'], O: ['#f6d98b', '#8a6d1f'], X: ['#b7791f', '#fff'],
+    '√': ['#1a7f37', '#fff'], P: ['#2457c5', '#fff'], S: ['#2457c5', '#f6d98b'], T: ['#f6d98b', '#8a6d1f']},
+};
+const GRID_ROW = /^\S( \S)+$/;
+
+function gridOf(textIn) {
+  // {before, rows, after}: the longest block of at least 2 grid rows of one width, or null
+  const lines = (textIn || '').split('\n');
+  let best = null;
+  for (let a = 0; a < lines.length; a++) {
+    if (!GRID_ROW.test(lines[a])) continue;
+    let b = a + 1;
+    while (b < lines.length && GRID_ROW.test(lines[b]) && lines[b].length === lines[a].length) b++;
+    if (b - a >= 2 && (!best || b - a > best[1] - best[0])) best = [a, b];
+    a = b - 1;
+  }
+  if (!best) return null;
+  return {before: lines.slice(0, best[0]).join('\n'), rows: lines.slice(best[0], best[1]).map((l) => l.split(' ')),
+    after: lines.slice(best[1]).join('\n')};
+}
+
+function gridTable(rows, small) {
+  const pal = PALETTES[(RUN.config.env || {}).name] || {};
+  return h('table', {class: 'grid' + (small ? ' small' : ''), data: {rows: rows.length, cols: rows[0].length}},
+    rows.map((row) => h('tr', null, row.map((c) => {
+      const [bg, fg] = pal[c] || ['#fff', '#1d2330'];
+      return h('td', {style: {background: bg, color: fg}}, c);
+    }))));
+}
+
+function obsView(textIn, cls) {
+  // an observation: its grid drawn, the rest as text; without a grid the text alone (a <pre>, as before)
+  const g = gridOf(textIn);
+  if (!g) return h('pre', {class: cls}, textIn);
+  return h('div', {class: cls + ' gridobs'}, g.before ? h('pre', null, g.before) : null, gridTable(g.rows),
+    g.after ? h('pre', null, g.after) : null);
+}
+
+function mapThumb(textIn) {
+  // the map of a task (its first observation) as a small grid; null when the observation has none
+  const g = gridOf(textIn);
+  return g ? gridTable(g.rows, true) : null;
+}

@@ -41,7 +41,9 @@ VIEWS.step = async function step(main, r) {
     const sorted = [...members].sort((a, b) => b[1].reward - a[1].reward);
     const best = sorted[0], worst = sorted[sorted.length - 1];
     const tree = members.map(([, t]) => t.search && t.search.tree).find((x) => x !== null && x !== undefined);
+    const map = mapThumb(members[0][1].query); // the group's task: every member starts from this map
     cols.push(h('section', {class: 'group', data: {group: g}},
+      map ? h('div', {class: 'map'}, map) : null,
       h('h3', null, members[0][1].task.id || g),
       h('div', {class: 'small'}, `${members.length} trajectories · mean reward ${fmt(mean(members.map(([, t]) => t.reward)))}`),
       h('div', {class: 'small'}, h('a', {href: link(`compare/${s}/${best[0]}/${s}/${worst[0]}`)}, 'best vs worst'),
@@ -120,27 +122,37 @@ function judgeLabel(a) {
 function turnCard(t, u, k, prompt, mode, top, compact, openPrompt) {
   const adv = t.advantages[k];
   const value = t.values[k];
-  const heads = [badge('reward', fmt(u.reward)), badge('advantage', signed(adv)),
+  // no advantage badge where the trajectory has none (an evaluation's episodes, a group filtered out)
+  const heads = [badge('reward', fmt(u.reward)), t.advantages.length ? badge('advantage', signed(adv)) : null,
     badge('uncertainty', fmt(u.uncertainty)), value !== undefined ? badge('value', fmt(value)) : null,
     u.valid ? badge('valid', 'yes', 'good') : badge('valid', 'no', 'bad'), u.done ? badge('done', '') : null,
     u.state_key ? badge('state', u.state_key) : null, judgeLabel(u.info.attribution)];
   return h('section', {class: 'turn' + (u.valid ? '' : ' invalid'), data: {turn: k}},
     h('h3', null, `Turn ${k + 1}`), h('div', {class: 'facts'}, heads),
-    compact ? null : details('prompt as the model saw it' + (prompt === null ? ' (not recorded)' : ''),
-      h('pre', {class: 'prompt'}, prompt === null ? 'Not recorded: train.log_prompts was off, or the run predates it.'
-        : prompt), openPrompt),
+    compact ? null : details('prompt as the model saw it' + (prompt === null ? ' (not recorded)' : ' (its end: scroll up for the start)'),
+      // shown from its end, where the current observation is (the system prompt is at its start)
+      h('div', {class: 'scroll-end'}, h('pre', {class: 'prompt'}, prompt === null ?
+        'Not recorded: train.log_prompts was off, or the run predates it.' : prompt)), openPrompt),
     u.calls.length ? details(`${u.calls.length} context call(s)`, u.calls.map((c) => h('pre', null, `[${c.purpose}] ${c.text}`))) : null,
     u.recalled.length ? details(`recalled experience (${u.recalled.length})`, h('ul', null, u.recalled.map(poolItem))) : null,
     u.stripped ? details('stripped from the training prompt', h('pre', null, u.stripped)) : null,
     h('div', {class: 'label'}, 'reply'), tokenView(u, adv, mode, top),
     u.tool_call ? h('div', {class: 'tool'}, h('span', {class: 'label'}, 'tool call '), h('b', null, u.tool_call.name),
       h('pre', null, JSON.stringify(u.tool_call.arguments, null, 1))) : null,
-    h('div', {class: 'label'}, u.tool_call ? 'tool result' : 'observation'), h('pre', {class: 'obs'}, u.observation),
+    h('div', {class: 'label'}, u.tool_call ? 'tool result' : 'observation'), obsView(u.observation, 'obs'),
     compact ? null : details('info', h('pre', null, JSON.stringify(u.info, null, 1))));
 }
 
+function seenBadge(t) {
+  // whether an evaluation task's content was trained on (null: not known, no badge)
+  const seen = t.eval ? t.eval.seen : null;
+  if (seen === null || seen === undefined) return null;
+  return seen ? badge('seen', 'in training', 'seen') : badge('unseen', 'never trained on', 'unseen');
+}
+
 function trajHeader(t, s, i) {
-  const facts = [badge('step', s), badge('group', t.group), badge('task', t.task.id), badge('reward', fmt(t.reward)),
+  const where = isEval(s) ? badge('evaluation', `${t.eval.label}, step ${t.eval.step}`) : badge('step', s);
+  const facts = [where, seenBadge(t), badge('group', t.group), badge('task', t.task.id), badge('reward', fmt(t.reward)),
     badge('success', t.success ? 'yes' : 'no', t.success ? 'good' : 'bad'), badge('turns', t.turns.length)];
   if (t.shaped_reward !== null) facts.push(badge('shaped reward', fmt(t.shaped_reward)));
   if (t.judge_score !== null) facts.push(badge('judge', fmt(t.judge_score)));
@@ -156,7 +168,7 @@ function trajBody(t, s, i, r, mode, top, compact) {
   return [
     trajHeader(t, s, i),
     t.system ? details('system prompt', h('pre', null, t.system)) : null,
-    t.query ? details('task (first observation)', h('pre', null, t.query), !compact) : null,
+    t.query ? details('task (first observation)', obsView(t.query, 'query'), !compact) : null,
     t.reference ? details('reference solution', h('pre', null, t.reference)) : null,
     t.judge_reply ? details('judge reply', h('pre', null, t.judge_reply)) : null,
     t.insights.length ? details(`insights shown (${t.insights.length}, stripped from the training sample)`,
@@ -167,30 +179,47 @@ function trajBody(t, s, i, r, mode, top, compact) {
   ];
 }
 
+function sameTask(t, s, i) {
+  // an evaluation's episode: the same task in the run's other evaluations, each a link to the two side by side
+  const others = [];
+  for (const ev of RUN.evals) {
+    const j = ev.tasks.findIndex((x) => x[0] === t.task.id);
+    if (j < 0 || 'e' + ev.k === s) continue;
+    others.push(h('a', {href: link(`compare/e${ev.k}/${j}/${s}/${i}`), class: ev.tasks[j][1] ? 'ok' : 'fail'},
+      `${ev.label} ${ev.tasks[j][1] ? '✓' : '✗'}`));
+  }
+  return others.length ? h('p', {class: 'history'}, 'The same task in the other evaluations (side by side): ',
+    others.flatMap((a, k) => (k ? [' · ', a] : [a]))) : null;
+}
+
 VIEWS.traj = async function traj(main, r) {
-  const s = Number(r.parts[1]), i = Number(r.parts[2]);
+  const s = parseSource(r.parts[1]), i = Number(r.parts[2]);
   const t = await getTraj(s, i);
-  if (!t) { main.appendChild(h('p', {class: 'warn'}, `No trajectory ${i} in step ${s}.`)); return; }
+  if (!t) { main.appendChild(h('p', {class: 'warn'}, `No trajectory ${i} in ${sourceName(s)}.`)); return; }
   const mode = SCALES[r.q.get('tok')] ? r.q.get('tok') : 'logprob';
   const top = tokenTop([t], mode);
-  const members = (await stepData(s)).map((x, j) => [j, x]).filter(([, x]) => x.group === t.group);
+  // neighbours: the other members of the group; in an evaluation (one greedy episode per task) the other episodes
+  const members = (await stepData(s)).map((x, j) => [j, x]).filter(([, x]) => isEval(s) || x.group === t.group);
   const pos = members.findIndex(([j]) => j === i);
+  const within = isEval(s) ? '' : ' in group';
   const nav = (d, label) => (members[pos + d] ? h('a', {href: link(`traj/${s}/${members[pos + d][0]}`, {tok: mode})}, label) : '');
-  main.appendChild(h('h1', null, `Trajectory ${i} of step ${s} `, h('span', {class: 'small'}, nav(-1, '← previous in group'),
-    ' ', h('a', {href: link('step/' + s)}, 'step ' + s), ' ', nav(1, 'next in group →'))));
+  main.appendChild(h('h1', null, `${isEval(s) ? 'Episode' : 'Trajectory'} ${i} of ${sourceName(s)} `,
+    h('span', {class: 'small'}, nav(-1, '← previous' + within), ' ', h('a', {href: sourceLink(s)}, sourceName(s)), ' ',
+      nav(1, `next${within} →`))));
+  if (isEval(s)) main.appendChild(sameTask(t, s, i));
   main.appendChild(modeSwitch(r, mode, top));
   main.appendChild(add(h('div', {class: 'traj'}), trajBody(t, s, i, r, mode, top, false)));
 };
 
 VIEWS.compare = async function compare(main, r) {
-  const [s1, i1, s2, i2] = r.parts.slice(1).map(Number);
+  const [s1, i1, s2, i2] = r.parts.slice(1).map(parseSource);
   const a = await getTraj(s1, i1), b = await getTraj(s2, i2);
   if (!a || !b) { main.appendChild(h('p', {class: 'warn'}, 'No such trajectories.')); return; }
   const mode = SCALES[r.q.get('tok')] ? r.q.get('tok') : 'logprob';
   const top = tokenTop([a, b], mode);
   main.appendChild(h('h1', null, 'Side by side'));
   main.appendChild(modeSwitch(r, mode, top));
-  const side = (t, s, i) => h('div', {class: 'side'}, h('h2', null, h('a', {href: link(`traj/${s}/${i}`)}, `step ${s} · #${i}`),
+  const side = (t, s, i) => h('div', {class: 'side'}, h('h2', null, h('a', {href: link(`traj/${s}/${i}`)}, `${sourceName(s)} · #${i}`),
     ` reward ${fmt(t.reward)}`), trajBody(t, s, i, r, mode, top, true));
   main.appendChild(h('div', {class: 'compare'}, side(a, s1, i1), side(b, s2, i2)));
 };

@@ -48,7 +48,7 @@ function nodePanel(n, s, owners) {
       n.valid ? null : badge('valid', 'no', 'bad')),
     owner !== undefined ? h('p', null, h('a', {href: link(`traj/${s}/${owner}`)}, `trajectory #${owner} ends here`)) : null,
     h('div', {class: 'label'}, 'action'), h('pre', null, n.action || '(start)'),
-    h('div', {class: 'label'}, 'observation'), h('pre', null, n.observation));
+    h('div', {class: 'label'}, 'observation'), obsView(n.observation, 'obs'));
 }
 
 VIEWS.tree = async function tree(main, r) {
