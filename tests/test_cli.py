@@ -207,7 +207,7 @@ def test_eval_rejects_non_eval_overrides(finished_run):
 
 # ---- help ------------------------------------------------------------------------------------------------------
 SECTIONS = ["top level", "model", "model.lora", "env", "agent", "algo", "algo.gigpo", "algo.ppo", "algo.self_ac",
-            "reward", "reward.selaur", "attribution", "filter", "rollout", "search", "experience", "questioning",
+            "reward", "reward.selaur", "attribution", "filter", "sampling", "rollout", "search", "experience", "questioning",
             "llm_api", "train", "eval", "distributed"]
 
 

@@ -82,3 +82,67 @@ def test_github_anchors_are_derived_as_github_derives_them(tmp_path):
     page = tmp_path / "p.md"
     page.write_text("# Results\n## 2. Credit: GRPO, `RLOO` & PPO (70 %)\n```\n# not a heading\n```\n## Results\n")
     assert heading_anchors(page) == {"results", "2-credit-grpo-rloo--ppo-70-", "results-1"}
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``selfevolve ...`` command line in a bash block of the README and the docs, as (page, words):
+    continuation lines joined, comments dropped."""
+    import shlex
+
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", page.read_text(), flags=re.S):
+            text = re.sub(r"\\\n\s*", " ", block)
+            for line in text.splitlines():
+                line = line.strip().removeprefix("$ ")
+                if not re.match(r"(\.venv/bin/)?selfevolve\s", line):
+                    continue
+                words = shlex.split(line, comments=True)
+                for i, w in enumerate(words):  # the command ends at a shell operator
+                    if w in ("&", "&&", "|", "||", ";", ">", "2>&1") or w.startswith((">", "2>")):
+                        words = words[:i]
+                        break
+                found.append((str(page.relative_to(ROOT)), words[1:]))
+    return found
+
+
+def test_every_command_in_the_docs_is_a_real_command_with_real_options():
+    """The README and the docs show commands a user copies: each names a command the CLI has, options it takes,
+    and config keys (KEY=VALUE) that exist — checked without running them (RUN-style placeholders and files the
+    page makes first are allowed)."""
+    import typer.main
+
+    from selfevolve import cli
+    from selfevolve.config import load_config
+    from selfevolve.errors import ConfigError
+    from selfevolve.sweep import split_sweep_args
+
+    group = typer.main.get_command(cli.app)
+    commands = documented_commands()
+    assert len(commands) > 30
+    bad = []
+    for page, words in commands:
+        if not words or words[0] in ("-h", "--help"):
+            continue
+        name, args = words[0], words[1:]
+        command = group.commands.get(name)
+        if command is None:
+            bad.append(f"{page}: no command {name!r}: {' '.join(words)}")
+            continue
+        try:
+            command.make_context(name, list(args), resilient_parsing=False)
+        except Exception as e:  # typer's own copy of click's UsageError (a wrong option or argument)
+            if type(e).__name__ in ("UsageError", "NoSuchOption", "BadParameter", "BadOptionUsage", "MissingParameter"):
+                bad.append(f"{page}: {' '.join(words)}: {e.format_message()}")
+                continue
+            if type(e).__name__ != "Exit":
+                raise
+        overrides = [a for a in args if "=" in a and not a.startswith("-")]
+        if name in ("train", "explore", "sweep") and overrides:
+            try:
+                if name == "sweep":
+                    _, overrides, _ = split_sweep_args(overrides)
+                load_config(None, overrides)
+            except ConfigError as e:
+                bad.append(f"{page}: {' '.join(words)}: {e}")
+    assert not bad, "\n".join(bad)

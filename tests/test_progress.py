@@ -96,7 +96,7 @@ def test_every_evaluation_logs_its_episodes_for_the_viewer(piped):
     recs = lines(out / "eval_trajectories.jsonl")
     labels = [(r["eval"]["step"], r["eval"]["label"]) for r in recs]
     assert labels == [(0, "start")] * 2 + [(0, "after warm start")] * 2 + [(2, "step 2")] * 2 + [(3, "end")] * 2
-    assert all(r["step"] == r["eval"]["step"] and r["eval"]["seen"] is None for r in recs)
+    assert all(r["step"] == r["eval"]["step"] and r["eval"]["seen"] is False for r in recs)  # held out: never seen
     metrics = {m["step"]: m for m in lines(out / "metrics.jsonl")}
     for (step, label), key in [((0, "start"), "eval/success"), ((0, "after warm start"), "warm/success"),
                                ((2, "step 2"), "eval/success"), ((3, "end"), "eval/success")]:

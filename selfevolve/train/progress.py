@@ -44,7 +44,7 @@ def step_figures(m: dict[str, float], evaluated: dict[str, float] | None, episod
     parts = [f"reward {m.get('reward/mean', 0):.3f}", f"success {m.get('success/rate', 0):.2f}",
              f"valid {m.get('valid/rate', 0):.2f}"]
     if evaluated and "eval/success" in evaluated:
-        parts.append(f"eval {solved(evaluated['eval/success'], episodes)}")
+        parts.append(f"eval {solved(evaluated['eval/success'], int(evaluated.get('eval/tasks', episodes)))}")
     speed = m.get("tokens_per_s", 0)
     parts.append(f"{speed:.0f} tok/s" if speed >= 10 else f"{speed:.2g} tok/s")  # a busy CPU: 0.45, not 0
     return ", ".join(parts)
@@ -113,7 +113,7 @@ class PlainLines(Progress):
         self.line(f"evaluation ({label}): {self.episodes} held-out tasks")
 
     def evaluated(self, label: str, metrics: dict[str, float]) -> None:
-        figures = [f"success {solved(metrics.get('eval/success', 0), self.episodes)}"]
+        figures = [f"success {solved(metrics.get('eval/success', 0), int(metrics.get('eval/tasks', self.episodes)))}"]
         figures += [f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
                     if k in ("eval/reward", "eval/valid") or k.startswith("eval/pass@")]
         self.line(f"evaluation ({label}): {', '.join(figures)} · {clock(self.elapsed())} elapsed")
@@ -185,8 +185,9 @@ def make_progress(console: Console, enabled: bool, total: int, done: int, episod
 
 # ---- the last line -----------------------------------------------------------------------------------------
 
-def eval_successes(out_dir: Path) -> list[float]:
-    """``eval/success`` of every record of the run's ``metrics.jsonl`` that has one, in order."""
+def eval_successes(out_dir: Path) -> list[tuple[float, int | None]]:
+    """``(eval/success, eval/tasks)`` of every record of the run's ``metrics.jsonl`` that has one, in order
+    (``eval/tasks``: how many distinct held-out tasks there were; None in runs older than it)."""
     path = out_dir / "metrics.jsonl"
     found = []
     if path.is_file():
@@ -196,7 +197,8 @@ def eval_successes(out_dir: Path) -> list[float]:
             except ValueError:
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("eval/success"), (int, float)):
-                found.append(float(rec["eval/success"]))
+                tasks = rec.get("eval/tasks")
+                found.append((float(rec["eval/success"]), int(tasks) if isinstance(tasks, (int, float)) else None))
     return found
 
 
@@ -207,11 +209,11 @@ def duration(seconds: float) -> str:
 def final_sentence(out_dir: Path, seed: int, episodes: int, seconds: float, peak_gb: float | None) -> str:
     """The run in one sentence: held-out success before → after (from ``metrics.jsonl``: its first and last
     evaluation, a resumed run's first included), the seed, the time this command took, its peak memory."""
-    found = eval_successes(Path(out_dir))
+    found = [solved(success, tasks or episodes) for success, tasks in eval_successes(Path(out_dir))]
     if len(found) >= 2:
-        what = f"held-out success {solved(found[0], episodes)} → {solved(found[-1], episodes)}"
+        what = f"held-out success {found[0]} → {found[-1]}"
     elif found:
-        what = f"held-out success {solved(found[0], episodes)}"
+        what = f"held-out success {found[0]}"
     else:
         what = "trained, no held-out evaluation"
     memory = f", peak memory {peak_gb:.1f} GB" if peak_gb is not None else ""
