@@ -141,7 +141,7 @@ def judge(args) -> None:
     from selfevolve.models.llm import LLM
     from selfevolve.rewards.attribution import Attributor
     from selfevolve.rewards.oracle import GOOD, agreement
-    from selfevolve.train.credit import credit_batch, step_advantages
+    from selfevolve.objectives.credit import credit_batch, step_advantages
 
     from selfevolve import Trainer
 

@@ -92,11 +92,11 @@ def worker(method: str, n_turns: int, args) -> dict:
     from selfevolve.algos.loss import ppo_clip_loss, value_loss
     from selfevolve.config import load_config
     from selfevolve.envs import FrozenLakeEnv
-    from selfevolve.train.samples import build_rows, collate, micro_batches
-    from selfevolve.train.self_ac import self_ac_update
-    from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
+    from selfevolve.objectives.samples import build_rows, collate, micro_batches
+    from selfevolve.objectives.self_ac.update import self_ac_update
+    from selfevolve.objectives.self_ac.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
     from selfevolve.train.trainer import build_policy, build_prompt
-    from selfevolve.train.update import compute_values, ppo_update
+    from selfevolve.objectives.update import compute_values, ppo_update
 
     torch.set_num_threads(args.threads)
     name = {"per_turn": "self_ac", "ppo_separate": "ppo", "ppo_shared": "ppo"}.get(method, method)

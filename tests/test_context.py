@@ -10,7 +10,7 @@ from selfevolve.errors import ConfigError
 from selfevolve.models.generation import Generation
 from selfevolve.models.loading import load_tokenizer
 from selfevolve.rollout.runner import rollout
-from selfevolve.train.samples import build_rows
+from selfevolve.objectives.samples import build_rows
 from selfevolve.types import Task
 from selfevolve.config import load_config
 

@@ -14,7 +14,7 @@ from selfevolve.algos.selaur import shape_failures, token_uncertainty, trajector
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
 from selfevolve.errors import ConfigError
-from selfevolve.train.credit import credit_batch, step_advantages
+from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 
 close = lambda a, b: torch.testing.assert_close(a.double(), torch.as_tensor(b, dtype=torch.float64), atol=1e-5, rtol=1e-5)

@@ -25,7 +25,7 @@ from selfevolve.experience.recall import Query, SeerRecall, Weights, s2_tool_cov
 from selfevolve.models.llm import LLM
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
-from selfevolve.train.samples import Row, build_rows, collate
+from selfevolve.objectives.samples import Row, build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Task, Trajectory
 

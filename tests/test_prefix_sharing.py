@@ -1,4 +1,4 @@
-"""Rows that begin alike (``models/prefix_sharing.py``, ``train/samples.py``): the shared prefix encoded once, then
+"""Rows that begin alike (``models/prefix_sharing.py``, ``objectives/samples.py``): the shared prefix encoded once, then
 the rows as a tree of their turns, every distinct beginning once — the same log-probs, values and gradients as the
 plain forward, for fewer tokens, and the micro-batch split that counts them."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from selfevolve.config import load_config
-from selfevolve.train.samples import Row, collate, encoded_tokens, micro_batches, turn_cuts
+from selfevolve.objectives.samples import Row, collate, encoded_tokens, micro_batches, turn_cuts
 from selfevolve.train.trainer import build_policy
 
 P = 10

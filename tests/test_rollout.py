@@ -13,7 +13,7 @@ from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
 from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import SeedTasks, eval_tasks
-from selfevolve.train.samples import build_rows, collate
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 
 

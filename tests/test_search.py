@@ -14,7 +14,7 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
 from selfevolve.rollout.search import Node, SearchSpec, node_scores, score, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.samples import build_rows, collate
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.train.trainer import Trainer, build_policy, build_prompt
 from selfevolve.types import Task
 

@@ -167,7 +167,7 @@ def extract(llm, pool, groups: list[tuple[str, list[str], list[str]]], step: int
 @torch.no_grad()
 def stripped_logprobs(policy, rows, micro_batch_tokens: int) -> list[list[float]]:
     """The current policy's log-probs of every row's generated tokens (rows hold the stripped prompts)."""
-    from selfevolve.train.samples import collate, micro_batches, shared_prefix_len
+    from selfevolve.objectives.samples import collate, micro_batches, shared_prefix_len
 
     policy.model.eval()
     out: dict[int, list[float]] = {}

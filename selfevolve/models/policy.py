@@ -241,7 +241,7 @@ class Policy:
         return logp, entropy, values
 
     def forward_shadow(self, batch: dict, with_entropy: bool = False, with_values: bool = True):
-        """One forward of a batch of Self-AC shadow-prompt episodes (``selfevolve/train/shadow.py``):
+        """One forward of a batch of Self-AC shadow-prompt episodes (``selfevolve/objectives/self_ac/shadow.py``):
         ``(logprobs [M], entropy [M] or None, values [B, K])``.
 
         Every token is encoded once, in two stages of the same pass: the episode's real tokens (causal attention;

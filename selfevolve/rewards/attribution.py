@@ -231,7 +231,7 @@ def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_
 class Attributor:
     """``reward.attribution=llm|oracle``: labels every step of a batch (``Step.info["attribution"]``) during the
     first ``attribution.steps`` updates and returns the stage's metrics. The credit path then reads the labels
-    (``train/credit.py``)."""
+    (``objectives/credit.py``)."""
 
     def __init__(self, mode: str, spec, env: TextEnv, llm=None):
         if mode not in ("llm", "oracle"):

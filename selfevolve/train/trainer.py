@@ -5,7 +5,7 @@ Features
   workers (``distributed.backend``, ``rollout/collect.py``), each episode seeded by itself;
 - advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
   on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
-  (``selfevolve/train/credit.py``);
+  (``selfevolve/objectives/credit.py``);
 - optional step attribution (AgentEvolver's self-attributing): steps judged GOOD/BAD by an LLM or an oracle,
   fused with the GRPO/RLOO outcome advantage (``selfevolve/rewards/attribution.py``);
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
@@ -39,6 +39,12 @@ from selfevolve.envs.base import TextEnv
 from selfevolve.experience.guide import guide_metrics
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
+from selfevolve.objectives.credit import credit_batch, padded, select_groups, step_advantages
+from selfevolve.objectives.samples import build_rows
+from selfevolve.objectives.self_ac.shadow import (build_shadow_episode, check_shadow_attention, critic_prompt_ids,
+                                                 final_state_ids)
+from selfevolve.objectives.self_ac.update import episode_values, self_ac_update
+from selfevolve.objectives.update import compute_values, ppo_update
 from selfevolve.rollout.collect import make_rollouts
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
@@ -46,15 +52,10 @@ from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.build import (CRITICS, build_policy, build_prompt, load_init_adapter,  # noqa: F401
                                     resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
 from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_checkpoint, refusing, save_checkpoint
-from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
-from selfevolve.train.samples import build_rows
-from selfevolve.train.self_ac import episode_values, self_ac_update
 from selfevolve.train.signals import Terminated, stop_on_sigterm
-from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
-from selfevolve.train.update import compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
 from selfevolve.view.record import returns_minus_values, trajectory_records
@@ -286,7 +287,7 @@ class Trainer:
             t.flags["values"] = [round(v, 5) for v in vals]
 
     def credit(self, trajs: list[Trajectory]):
-        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``).
+        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/objectives/credit.py``).
         Self-AC's advantages need the values of the update's own forward: it gets shadow episodes instead."""
         cfg = self.cfg
         batch, metrics = credit_batch(trajs, cfg, self.policy.vocab_size)

@@ -79,7 +79,8 @@ def stripped_text(tokenizer, step) -> str:
 
 def returns_minus_values(rewards: list[float], values: list[float], gamma: float) -> list[float]:
     """Self-AC's advantage A_k = R_k − V(s_k), R_k the discounted return from turn k (as in
-    ``algos/self_ac.returns_and_advantages``), for one episode; ``values`` may hold V of the final state too."""
+    ``objectives/self_ac/critic.returns_and_advantages``), for one episode; ``values`` may hold V of the final
+    state too."""
     out, running = [0.0] * len(rewards), 0.0
     for k in range(len(rewards) - 1, -1, -1):
         running = rewards[k] + gamma * running
@@ -90,7 +91,7 @@ def returns_minus_values(rewards: list[float], values: list[float], gamma: float
 def trajectory_records(trajs, step: int, policy, builder, cfg) -> list[dict]:
     """The lines of ``trajectories.jsonl`` for one training step: ``{"step", **to_dict(with_ids=False)}`` plus
     the viewer's fields (module docstring)."""
-    from selfevolve.train.credit import step_uncertainty
+    from selfevolve.objectives.credit import step_uncertainty
 
     tok = policy.tokenizer
     uncertainty, _ = step_uncertainty(trajs, cfg.reward.selaur, policy.vocab_size)

@@ -1,15 +1,15 @@
 """The Self-AC update (``algo.name=self_ac``): actor and critic of a whole episode from one forward pass.
 
-Per minibatch of episodes: one forward of their shadow-prompt sequences (``selfevolve/train/shadow.py``) gives
-the actor's log-probs and V(s_0..s_n); then
+Per minibatch of episodes: one forward of their shadow-prompt sequences (``shadow.py``) gives the actor's
+log-probs and V(s_0..s_n); then
 
     Loss_Critic = mean over n = 1..td_max of the TD(n) squared errors (targets detached, terminal value 0)
     A_k         = R_k − V(s_k).detach()             (R: the discounted return from s_k)
     Loss_Actor  = PPO-clip on π_θ/π_old, per token (A_k broadcast to a_k's tokens) or per turn (whole actions)
     Loss        = α·Loss_Critic + (1 − α)·Loss_Actor
 
-(``selfevolve/algos/self_ac.py`` has the math). ``algo.self_ac.forward=per_turn`` computes the same losses the
-way the shadow prompt avoids: the actor on the plain episode and one critic forward per state — the reference
+(``critic.py`` has the math). ``algo.self_ac.forward=per_turn`` computes the same losses the way the shadow
+prompt avoids: the actor on the plain episode and one critic forward per state — the reference
 for tests and benchmarks.
 """
 
@@ -20,9 +20,9 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
-from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, turn_logprobs
-from selfevolve.train.samples import micro_batches, minibatch_schedule
-from selfevolve.train.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
+from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, turn_logprobs
+from selfevolve.objectives.samples import micro_batches, minibatch_schedule
+from selfevolve.objectives.self_ac.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
 
 
 def _single_critic_episode(ids: list[int], positions: list[int], n_cp: int) -> ShadowEpisode:
