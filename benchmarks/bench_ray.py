@@ -101,7 +101,7 @@ def update_time(trainer, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        rows, _ = trainer.credit(trajs)
+        rows, _ = trainer.objective.credit(trajs)
         if rows:
             trainer.update(rows, trajs)
         times.append(time.perf_counter() - t0)

@@ -79,7 +79,7 @@ def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():
     policy.attach_value_head()
     rows = [A1, A2, A3, B1]
     b = collate(rows, policy.pad_id)
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     fed = []
     forward = body.forward
     body.forward = lambda *a, **k: fed.append(k["input_ids"].numel()) or forward(*a, **k)
@@ -118,7 +118,7 @@ def test_a_loss_inside_the_shared_prefix_is_refused():
 def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
     """Generation and every other forward keep the model's own attention, also after a forward that failed."""
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     own = body.config._attn_implementation
     b = collate([A1, A2, B1], policy.pad_id)
     cuts = [turn_cuts(r) for r in (A1, A2, B1)]
@@ -139,7 +139,7 @@ def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
 
 def test_models_whose_attention_the_tree_cannot_stand_in_for_are_encoded_plainly():
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     rows = [A1, A2, B1]
     b = collate(rows, policy.pad_id)
     cuts = [turn_cuts(r) for r in rows]

@@ -232,7 +232,7 @@ def test_values_read_over_the_cache_match_a_full_forward(policy):
         state = g.state.gather([0, 0, 1])
         nxt = [prompts[0] + g.ids[0] + [3], prompts[0] + g.ids[0] + [3, 4, 5], prompts[1] + g.ids[1] + [9]]
         values, st, _ = policy.state_values(nxt, suffix, state)
-        body, _ = policy._body_and_head()
+        body, _ = policy.body_and_head()
         with torch.no_grad():
             ids = [torch.tensor([p + suffix], device=policy.device) for p in nxt]
             ref = [float(policy.value_head(body(input_ids=x).last_hidden_state[0, -1])) for x in ids]

@@ -178,7 +178,7 @@ def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollou
             for e in eps:
                 h = body(input_ids=torch.tensor([e.ids]), position_ids=torch.tensor([e.positions]),
                          attention_mask=interleaved_mask(e)).last_hidden_state[0]
-                inter_logp.append(policy._token_logprobs(policy.model.get_output_embeddings(), h[e.pred],
+                inter_logp.append(policy.token_logprobs(policy.model.get_output_embeddings(), h[e.pred],
                                                          torch.tensor(e.ids)[e.target], False)[0])
                 inter_values.append(policy.value_head(h[e.cp_end]))
     finally:

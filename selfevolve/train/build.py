@@ -26,18 +26,15 @@ def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     return ENVS[cfg.env.name]
 
 
-CRITICS = {"ppo": "ppo", "self_ac": "self_ac"}  # algo.name -> the config section naming its value head
-
-
-def build_policy(cfg: Config, critic: bool = False) -> Policy:
-    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head that PPO or Self-AC trains
-    (``algo.ppo.value_head`` / ``algo.self_ac.value_head``)."""
+def build_policy(cfg: Config, value_head: str | None = None) -> Policy:
+    """The LoRA policy of ``cfg.model``, with a value head of kind ``value_head`` on its body when given (the
+    objective's: ``objectives.value_head_kind(cfg)``)."""
     model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
     policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
-    if critic:
-        policy.attach_value_head(getattr(cfg.algo, CRITICS.get(cfg.algo.name, "ppo")).value_head)
+    if value_head is not None:
+        policy.attach_value_head(value_head)
     return policy
 
 

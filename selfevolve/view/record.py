@@ -77,17 +77,6 @@ def stripped_text(tokenizer, step) -> str:
     return tokenizer.decode(seen[head: len(seen) - tail], skip_special_tokens=False)
 
 
-def returns_minus_values(rewards: list[float], values: list[float], gamma: float) -> list[float]:
-    """Self-AC's advantage A_k = R_k − V(s_k), R_k the discounted return from turn k (as in
-    ``objectives/self_ac/critic.returns_and_advantages``), for one episode; ``values`` may hold V of the final
-    state too."""
-    out, running = [0.0] * len(rewards), 0.0
-    for k in range(len(rewards) - 1, -1, -1):
-        running = rewards[k] + gamma * running
-        out[k] = round(running - (values[k] if k < len(values) else 0.0), 5)
-    return out
-
-
 def trajectory_records(trajs, step: int, policy, builder, cfg) -> list[dict]:
     """The lines of ``trajectories.jsonl`` for one training step: ``{"step", **to_dict(with_ids=False)}`` plus
     the viewer's fields (module docstring)."""

@@ -25,8 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from transformers import DynamicCache
 
 from selfevolve.agent.prompt import appended_turn_ids
+from selfevolve.models.compat import cache_kwargs
 from selfevolve.errors import ConfigError
 from selfevolve.types import Trajectory
 
@@ -185,7 +187,7 @@ def _pad(rows: list[list[int]], fill: int) -> torch.Tensor:
 
 
 def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtype, device=None) -> dict:
-    """A batch of shadow episodes as the two stages of one forward (see :meth:`Policy.forward_shadow`).
+    """A batch of shadow episodes as the two stages of one forward (see :func:`forward_shadow`).
 
     The interleaved sequence is split, without changing any token's position or visibility: stage 1 holds the
     real tokens in order (plain causal attention, the fast kernel), stage 2 the critic-prompt tokens, which
@@ -255,6 +257,53 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     out = {k: v.to(device) for k, v in out.items()} if device is not None else out
     out["prefix_len"] = _shared_prefix(real_ids, real_seg, [new[b][e.pred[0]] for b, e in enumerate(episodes) if e.pred])
     return out
+
+
+def forward_shadow(policy, batch: dict, with_entropy: bool = False, with_values: bool = True):
+    """One forward of a batch of shadow-prompt episodes (:func:`collate_shadow`) under ``policy``:
+    ``(logprobs [M], entropy [M] or None, values [B, K])``.
+
+    Every token is encoded once, in two stages of the same pass: the episode's real tokens (causal attention;
+    a 4-D mask only when an episode packs several segments), then all critic prompts at once, attending to
+    the real tokens' cached keys through the 4-D ``cp_mask`` (their state's prefix and themselves). So the
+    actor log-probs (one per action token, read from the hidden state of the token before it) are those of
+    the episode without critic prompts, and ``values[b, k]`` — the value head at the last token of critic
+    prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head or with
+    ``with_values=False``, which skips stage 2). Gradients reach the real tokens' computation through the
+    cached keys and values.
+    """
+    body, head = policy.body_and_head()
+    ids = batch["real_ids"]
+    cache = DynamicCache()
+    with_cache = cache_kwargs(body, cache)
+    P = batch.get("prefix_len", 0)
+    mask = batch.get("real_mask")
+    if P > 0:
+        # the prefix every episode shares (system prompt, few-shot turns): encoded once, its keys and values
+        # repeated for every row; gradients flow back through the sharing
+        first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], **with_cache,
+                     use_cache=True).last_hidden_state
+        cache.batch_repeat_interleave(ids.shape[0])
+        rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
+                    position_ids=batch["real_pos"][:, P:], **with_cache,
+                    use_cache=True).last_hidden_state
+        hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
+    else:
+        hidden = body(input_ids=ids, attention_mask=mask, position_ids=batch["real_pos"],
+                      **with_cache, use_cache=True).last_hidden_state
+    B, L, H = hidden.shape
+    vmask = batch["value_mask"]
+    if with_values and policy.value_head is not None and batch["cp_ids"].shape[1] > 0:
+        cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
+                         **with_cache, use_cache=True).last_hidden_state
+        flat_cp = cp_hidden.reshape(-1, H)
+        values = policy.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
+    else:
+        values = torch.zeros(vmask.shape, device=ids.device)
+    flat = hidden.reshape(B * L, H)
+    logp, entropy = policy.token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]],
+                                         with_entropy)
+    return logp, entropy, values
 
 
 def _shared_prefix(real_ids: torch.Tensor, real_seg: torch.Tensor, first_pred: list[int]) -> int:
