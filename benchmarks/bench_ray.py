@@ -115,7 +115,7 @@ def sampler_cost(args) -> None:
     from selfevolve.rollout.runner import RolloutStats, rollout
     from selfevolve.rollout.seeding import episode_generators
     from selfevolve.tasks.source import SeedTasks
-    from selfevolve.train.build import build_policy, build_prompt
+    from selfevolve.build import build_policy, build_prompt
 
     torch.set_num_threads(args.local_threads)
     cfg = load_config(overrides=[f"model.name={args.model}", "model.dtype=fp32"])

@@ -165,7 +165,7 @@ def test_writer_json_one_bracket_off_is_mended():
 def test_writer_prefill_opens_the_reply_in_json(tmp_path):
     from selfevolve.agent.prompt import render_chat
     from selfevolve.models.llm import LLM
-    from selfevolve.train.build import build_policy
+    from selfevolve.build import build_policy
 
     policy = build_policy(load_config(overrides=TINY))
     llm = LLM("policy", policy, log_dir=tmp_path, max_new_tokens=6)

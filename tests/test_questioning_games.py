@@ -215,7 +215,8 @@ def test_explore_starts_from_a_trained_adapter(tmp_path):
     3 valid moves in 124 on FrozenLake, a behaviour-cloned one is the explorer worth having."""
     import torch
 
-    from selfevolve.train.build import build_policy, load_init_adapter
+    from selfevolve.build import build_policy
+    from selfevolve.train.checkpoint import load_init_adapter
     from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint
 
     run = tmp_path / "run"

@@ -265,7 +265,8 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     from selfevolve.questioning.explore import explore
     from selfevolve.questioning.pipeline import diversity, explorations
     from selfevolve.questioning.synthesize import parse_tasks
-    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+    from selfevolve.build import build_policy, build_prompt
+    from selfevolve.train.checkpoint import load_init_adapter
     from selfevolve.worlds.base import save_tasks
 
     q, profile, game = cfg.questioning, env_cls.profile, exploration.game

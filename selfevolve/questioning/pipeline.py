@@ -108,7 +108,8 @@ def diversity(queries: list[str]) -> float:
 
 
 def run_questioning(cfg, console=None) -> dict:
-    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+    from selfevolve.build import build_policy, build_prompt
+    from selfevolve.train.checkpoint import load_init_adapter
 
     q = cfg.questioning
     env_cls = world_of(cfg)

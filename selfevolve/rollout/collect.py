@@ -1,6 +1,7 @@
 """A training step's sampled rollouts, wherever they run: ``collector.collect(policy, tasks, step)``.
 
-The trainer calls one method whichever backend is configured (``distributed.backend``):
+The trainer calls one method whichever backend is configured (``distributed.backend``, picked by
+``selfevolve.distributed.make_rollouts``):
 
 - :class:`LocalRollouts` plays the whole step in this process, in one batched rollout;
 - ``RayRollouts`` (``selfevolve/distributed/ray_rollout.py``) splits the step's groups over Ray workers.
@@ -72,12 +73,3 @@ class LocalRollouts:
 
     def close(self) -> None:
         pass
-
-
-def make_rollouts(cfg, env_cls, env_options: dict, builder, experience=None, console=None):
-    """The collector of ``cfg.distributed.backend``. Ray is imported only when it is asked for."""
-    if cfg.distributed.backend == "ray":
-        from selfevolve.distributed.ray_rollout import RayRollouts
-
-        return RayRollouts(cfg, env_cls, env_options, console=console)
-    return LocalRollouts(cfg, env_cls, env_options, builder, experience)

@@ -34,22 +34,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from selfevolve.build import build_policy, build_prompt, resolve_env  # noqa: F401 - re-exported
 from selfevolve.config import Config
+from selfevolve.distributed import make_rollouts
 from selfevolve.envs import make_env
 from selfevolve.envs.base import TextEnv
-from selfevolve.experience.guide import guide_metrics
 from selfevolve.errors import SelfEvolveError
+from selfevolve.experience.guide import guide_metrics
 from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.objectives import make_objective, value_head_kind
 from selfevolve.objectives.samples import build_rows
 from selfevolve.objectives.update import ppo_update
-from selfevolve.rollout.collect import make_rollouts
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.build import (build_policy, build_prompt, load_init_adapter,  # noqa: F401
-                                    resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
-from selfevolve.train.checkpoint import NoCheckpoint, find_checkpoint, load_checkpoint, refusing, save_checkpoint
+from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, load_init_adapter, refusing,
+                                        save_checkpoint)
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, rollout_metrics, truncate_jsonl
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
