@@ -7,10 +7,11 @@ import pytest
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord, first_call)
-from selfevolve.questioning.filters import execute, grounded, is_duplicate, jaccard, mentions, verifies
-from selfevolve.questioning.pipeline import diversity, run_questioning
+from selfevolve.questioning.filters import diversity, execute, grounded, is_duplicate, mentions, verifies
+from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
 from selfevolve.worlds import ShopEnv

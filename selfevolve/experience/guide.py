@@ -14,13 +14,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from selfevolve.agent.guidance import Guidance
+from selfevolve.agent.transcript import history_text
 from selfevolve.envs import env_options, make_env
 from selfevolve.experience import navigation as nav
 from selfevolve.experience.embed import Embedder
 from selfevolve.experience.intent import classify, declared_intents
 from selfevolve.experience.pool import FILE, ExperiencePool
 from selfevolve.experience.recall import Query, SeerRecall, Weights
-from selfevolve.experience.records import history_text, tool_sequence, trajectory_item
+from selfevolve.experience.records import tool_sequence, trajectory_item
 from selfevolve.models.llm import LLM
 from selfevolve.rewards.judge import game_rules
 from selfevolve.types import Step, Task, Trajectory

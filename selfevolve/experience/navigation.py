@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from selfevolve.experience.pool import NewItem
+from selfevolve.lexical import jaccard
 from selfevolve.models.llm import parse_json_list
-from selfevolve.questioning.filters import jaccard
 
 EXTRACT_SYSTEM = (
     "You review an agent's attempts at a task and write down experience that helps with similar tasks. Answer "

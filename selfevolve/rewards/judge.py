@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from selfevolve.experience.records import history_text
+from selfevolve.agent.transcript import history_text
 from selfevolve.untrusted import too_long
 
 JUDGE_SYSTEM = (
