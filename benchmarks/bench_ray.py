@@ -113,7 +113,7 @@ def sampler_cost(args) -> None:
     from selfevolve.envs import ENVS, make_env
     from selfevolve.models.generation import _sample
     from selfevolve.rollout.runner import RolloutStats, rollout
-    from selfevolve.rollout.seeding import episode_generators
+    from selfevolve.rollout.seeding import episode_streams
     from selfevolve.tasks.source import SeedTasks
     from selfevolve.build import build_policy, build_prompt
 
@@ -126,7 +126,7 @@ def sampler_cost(args) -> None:
     for rep in range(args.repeats):
         for name, acc in runs.items():
             gen = torch.Generator().manual_seed(rep) if name.startswith("shared") else \
-                episode_generators(rep, 0, list(range(len(tasks))), [t.id for t in tasks])
+                episode_streams(policy, rep, 0, list(range(len(tasks))), [t.id for t in tasks])
             st = RolloutStats()
             envs = [make_env(env_cls, max_turns=args.max_turns) for _ in tasks]
             rollout(policy, envs, tasks, builder, max_turns=args.max_turns, generator=gen, stats=st)

@@ -1,6 +1,7 @@
 """The policy: a causal LM with a LoRA adapter, and the two things RL asks of it.
 
-- :meth:`Policy.generate` — batched sampling with per-token log-probs and uncertainty statistics (rollouts);
+- :meth:`Policy.generate` — batched sampling with per-token log-probs and uncertainty statistics (rollouts): the
+  Hugging Face implementation of the :class:`~selfevolve.models.sampler.Sampler` that rollouts and search use;
 - :meth:`Policy.action_logprobs` — log-probs of given action tokens under the current weights (the update),
   computed only at the positions that carry loss: the full-vocabulary logits of every prompt position would
   dominate memory (49k × sequence length × batch), and we never need them.
@@ -14,13 +15,16 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from transformers import DynamicCache
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.models.generation import Generation, KVState, extend_cache, generate, read_values
+from selfevolve.models.compat import cache_kwargs
+from selfevolve.models.generation import KVState, extend_cache, generate, read_values
 from selfevolve.models.prefix_sharing import encode_rows
+from selfevolve.models.sampler import Generation
 from selfevolve.models.value_head import ValueHead
 
 VALUE_PREFIX = "value_head."
@@ -74,6 +78,15 @@ class Policy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def has_values(self) -> bool:
+        return self.value_head is not None
+
+    def stream(self, seed: int) -> torch.Generator:
+        """A random stream for :meth:`generate`: a generator on the model's device (the same draws for one dtype
+        whatever the device; see ``generation._uniform``)."""
+        return torch.Generator(device=self.device).manual_seed(seed)
 
     def generate(
         self,
@@ -142,6 +155,9 @@ class Policy:
             yield
         finally:
             self.model.train(was_training)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -240,6 +256,40 @@ class Policy:
         sel = loss_mask[:, 1:].bool()
         logp, entropy = self.token_logprobs(head, hidden[:, :-1][sel], input_ids[:, 1:][sel], with_entropy)
         return logp, entropy, values
+
+    def encode_with_side_tokens(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
+                                prefix_len: int = 0, side: tuple | None = None):
+        """``(hidden [B, L, H], side_hidden [B, C, H] or None)``: the body's hidden states of ``ids`` and, in the
+        same pass, of side tokens that attend to them without being seen by them (Self-AC's critic prompts,
+        ``objectives/self_ac/shadow.py``).
+
+        Stage 1 encodes ``ids`` at ``positions`` (causal, or the 4-D additive ``mask`` [B, 1, L, L]); its keys and
+        values stay in one cache. Stage 2, ``side = (side_ids [B, C], side_positions, side_mask [B, 1, C, L + C])``,
+        attends to that cache and to itself through ``side_mask``. Each token is encoded once; gradients reach
+        stage 1 through the cached keys and values. ``prefix_len``: the first tokens every row shares (system
+        prompt, few-shot turns), encoded once and their keys and values repeated for every row; gradients flow
+        back through the sharing.
+        """
+        body, _ = self.body_and_head()
+        cache = DynamicCache()
+        with_cache = cache_kwargs(body, cache)
+        P = prefix_len
+        if P > 0:
+            first = body(input_ids=ids[:1, :P], position_ids=positions[:1, :P], **with_cache,
+                         use_cache=True).last_hidden_state
+            cache.batch_repeat_interleave(ids.shape[0])
+            rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
+                        position_ids=positions[:, P:], **with_cache, use_cache=True).last_hidden_state
+            hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
+        else:
+            hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache,
+                          use_cache=True).last_hidden_state
+        if side is None:
+            return hidden, None
+        side_ids, side_pos, side_mask = side
+        side_hidden = body(input_ids=side_ids, attention_mask=side_mask, position_ids=side_pos, **with_cache,
+                           use_cache=True).last_hidden_state
+        return hidden, side_hidden
 
     def token_logprobs(self, head, h: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False):
         """log π(target | h) at temperature ``self.temperature`` (the sampling distribution), and optionally the

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import SelfEvolveError
 from selfevolve.worlds.tools import CLOSE_TAG, OPEN_TAG, CallError
@@ -175,7 +173,7 @@ def explore(policy, builder, world_factory, *, explorations: int, steps: int, br
 
     envs = [exploration(world_factory(), breadth_steps, steps, entities) for _ in range(explorations)]
     tasks = [Task(id=f"explore-{first_seed + i}", env=envs[0].name, seed=first_seed + i) for i in range(explorations)]
-    gen = torch.Generator(device=policy.device).manual_seed(seed)
+    gen = policy.stream(seed)
     rollout(policy, envs, tasks, builder, max_turns=steps, generator=gen, reuse_cache=builder.history is None)
     return [ExplorationRecord(seed=t.seed, turns=env.log) for t, env in zip(tasks, envs)]
 

@@ -90,7 +90,7 @@ class Trainer:
         # the algorithm, picked by name once: credit and update (selfevolve/objectives/)
         self.objective = make_objective(cfg, self.policy, self.builder, self.optimizer, self.rng)
         self.tasks = SeedTasks(getattr(self.env_cls, "name", self.env_cls.__name__), seed=cfg.seed)
-        self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
+        self.generator = self.policy.stream(cfg.seed)  # search's random stream (per-episode streams for sampling)
         self.step = 0
         self.resumed = False
         self.last_eval: dict[str, float] = {}

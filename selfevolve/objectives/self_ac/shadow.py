@@ -25,10 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from selfevolve.agent.prompt import appended_turn_ids
-from selfevolve.models.compat import cache_kwargs
 from selfevolve.errors import ConfigError
 from selfevolve.types import Trajectory
 
@@ -272,37 +270,20 @@ def forward_shadow(policy, batch: dict, with_entropy: bool = False, with_values:
     ``with_values=False``, which skips stage 2). Gradients reach the real tokens' computation through the
     cached keys and values.
     """
-    body, head = policy.body_and_head()
-    ids = batch["real_ids"]
-    cache = DynamicCache()
-    with_cache = cache_kwargs(body, cache)
-    P = batch.get("prefix_len", 0)
-    mask = batch.get("real_mask")
-    if P > 0:
-        # the prefix every episode shares (system prompt, few-shot turns): encoded once, its keys and values
-        # repeated for every row; gradients flow back through the sharing
-        first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], **with_cache,
-                     use_cache=True).last_hidden_state
-        cache.batch_repeat_interleave(ids.shape[0])
-        rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
-                    position_ids=batch["real_pos"][:, P:], **with_cache,
-                    use_cache=True).last_hidden_state
-        hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
-    else:
-        hidden = body(input_ids=ids, attention_mask=mask, position_ids=batch["real_pos"],
-                      **with_cache, use_cache=True).last_hidden_state
+    ids, vmask = batch["real_ids"], batch["value_mask"]
+    read_values = with_values and policy.value_head is not None and batch["cp_ids"].shape[1] > 0
+    side = (batch["cp_ids"], batch["cp_pos"], batch["cp_mask"]) if read_values else None
+    hidden, cp_hidden = policy.encode_with_side_tokens(ids, batch["real_pos"], batch.get("real_mask"),
+                                                       batch.get("prefix_len", 0), side)
     B, L, H = hidden.shape
-    vmask = batch["value_mask"]
-    if with_values and policy.value_head is not None and batch["cp_ids"].shape[1] > 0:
-        cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
-                         **with_cache, use_cache=True).last_hidden_state
+    if read_values:
         flat_cp = cp_hidden.reshape(-1, H)
         values = policy.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
     else:
         values = torch.zeros(vmask.shape, device=ids.device)
     flat = hidden.reshape(B * L, H)
-    logp, entropy = policy.token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]],
-                                         with_entropy)
+    _, head = policy.body_and_head()
+    logp, entropy = policy.token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]], with_entropy)
     return logp, entropy, values
 
 
