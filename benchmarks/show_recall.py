@@ -42,8 +42,8 @@ def main() -> None:
                        guide=exp.guide([task], 1, training=False))[0]
         items = {it.id: it for it in exp.pool.items("trajectory")}
         vecs = dict(zip([it.id for it in exp.pool.items("trajectory")], exp.pool.matrix("trajectory")))
-        query, intent = traj.flags["query"], traj.flags.get("intent")
-        print(f"task: {query}\nclassified intent: {intent} (true: {traj.flags.get('intent_true')})\n")
+        query, intent = traj.query, traj.intent
+        print(f"task: {query}\nclassified intent: {intent} (true: {traj.intent_true})\n")
         for t, step in enumerate(traj.steps):
             h = history_text(query, traj.steps[:t])
             e = exp.embedder.encode([h])[0]

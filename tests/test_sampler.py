@@ -107,7 +107,7 @@ def test_beam_search_keeps_the_best_child_and_copies_the_parents_state(policy):
         return env.progress()
 
     assert [c["score"] for c in children] == [round(progress(c["action"]), 5) for c in children]
-    assert kept.flags["search"]["score"] == max(c["score"] for c in children)
+    assert kept.search["score"] == max(c["score"] for c in children)
     # the four candidates share their parent's prompt: read once (prefill), its state copied to each
     assert sampler.calls[-1] == [kept.steps[0].prompt_ids] * 4 and sampler.states[-1] == [("gather", [0, 0, 0, 0])]
 

@@ -138,9 +138,9 @@ def test_beam_keeps_the_children_the_scorer_prefers(policy):
                         path, cur = path + cur["reward"], nodes[cur["parent"]]
                     assert n["score"] == pytest.approx(path, abs=1e-4)
         for t in res.trajectories:
-            assert t.flags["search"]["score"] == pytest.approx(t.reward, abs=1e-4)
+            assert t.search["score"] == pytest.approx(t.reward, abs=1e-4)
             assert len(t.steps) == 3
-            assert t.flags["query"] == Length().reset(t.task.seed)  # the request, as the judge needs it
+            assert t.query == Length().reset(t.task.seed)  # the request, as the judge needs it
 
 
 def test_lookahead_commits_to_the_best_continuation(policy):

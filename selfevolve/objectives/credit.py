@@ -130,7 +130,7 @@ def credit_batch(trajs: list[Trajectory], cfg, vocab_size: int) -> tuple[CreditB
         if success.any():
             metrics["selaur/U_success"] = float(U[success].mean())
         for t, r in zip(trajs, episode.tolist()):
-            t.flags["shaped_reward"] = r
+            t.shaped_reward = r
     else:
         step_r = step_r * mask
         episode = step_r.sum(1)

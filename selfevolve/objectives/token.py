@@ -49,9 +49,9 @@ class TokenObjective:
             batch.values, _ = padded(values)
         adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo, cfg.attribution)
         for t, a in zip(kept, batch.per_step(adv)):  # kept with the episode for the viewer (train.log_trajectories)
-            t.flags["advantages"] = [round(x, 5) for x in a]
+            t.advantages = [round(x, 5) for x in a]
         for t, v in zip(kept, values or []):
-            t.flags["values"] = [round(x, 5) for x in v]
+            t.values = [round(x, 5) for x in v]
         rows = build_rows(kept, batch.per_step(adv),
                           returns=batch.per_step(returns) if returns is not None else None, values=values)
         return rows, metrics

@@ -178,7 +178,7 @@ class JudgeItem:
 def judge_item(traj, rules: str = "") -> JudgeItem:
     """A trajectory as the judge reads it. ``rules``: the environment's instructions for games (the task, with the
     first observation as the start); empty for tool worlds, whose request (the first observation) is the task."""
-    query = traj.flags.get("query") or traj.task.instruction or ""
+    query = traj.query or traj.task.instruction or ""
     steps = []
     for s in traj.steps:
         action = parse_action(s.action_text) or s.action_text  # an unparsable reply is shown as it was

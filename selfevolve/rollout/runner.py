@@ -32,11 +32,11 @@ class RolloutStats:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def task_flags(env, first: str) -> dict[str, str]:
-    """What a judge (or a reader) needs to know of an episode's task: the request as the model first saw it, and
-    the world's reference solution where it has one."""
+def request_of(env, first: str) -> tuple[str, str]:
+    """What a judge (or a reader) needs to know of an episode's task, ``(query, reference)``: the request as the
+    model first saw it, and the world's reference solution where it has one ("" where not)."""
     reference = env.reference_text() if callable(getattr(env, "reference_text", None)) else ""
-    return {"query": first, **({"reference": reference} if reference else {})}
+    return first, reference or ""
 
 
 def rollout(
@@ -58,7 +58,7 @@ def rollout(
     ``reuse_cache``: hand the sampler's state of each episode (its key/value cache) from turn to turn (exact; only
     new tokens are encoded when the prompt extends the previous one, as the full-history chat does).
     ``guide``: the experience pool's hook (``selfevolve/experience/guide.py``): ``start`` gives each episode its
-    guidance (insight block, flags), ``before_turn`` recalls examples for the active episodes (SEER).
+    guidance (insight block, guided or not), ``before_turn`` recalls examples for the active episodes (SEER).
     ``generator``: one random stream of the sampler for all episodes, or a list with one per episode
     (``rollout/seeding.py``: an episode's samples then do not depend on the batch it is played in).
     """
@@ -67,7 +67,7 @@ def rollout(
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
     for t, env, first in zip(trajs, envs, firsts):
-        t.flags.update(task_flags(env, first))
+        t.query, t.reference = request_of(env, first)
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
                 for task, first, g in zip(tasks, firsts, guidance)]

@@ -35,7 +35,7 @@ from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
 from selfevolve.models.sampler import Sampler, SamplerState, Stream
-from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout, task_flags
+from selfevolve.rollout.runner import RolloutStats, _context_calls, play, request_of, rollout
 from selfevolve.types import Step, Task, Trajectory
 
 SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
@@ -198,10 +198,10 @@ class _Searcher:
 
     def roots(self) -> list[Node]:
         out = []
-        self.task_flags = []  # per search: the request and reference, for the kept trajectories' flags
+        self.requests = []  # per search: (query, reference), for the kept trajectories
         for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
             first = env.reset(task.seed)
-            self.task_flags.append(task_flags(env, first))
+            self.requests.append(request_of(env, first))
             ctx = EpisodeContext(self.builder, task.instruction, first)
             out.append(self.new_node(None, s, env, ctx, [], turn=0))
         return out
@@ -403,10 +403,10 @@ def search_rollouts(
     for s, nodes in enumerate(final):
         chosen = nodes[: spec.kept_per_search()]
         for n in chosen:
-            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success,
-                                   flags={**searcher.task_flags[s],
-                                          "search": {"strategy": spec.name, "tree": s, "node": n.id,
-                                                     "score": round(n.score, 5)}}))
+            query, reference = searcher.requests[s]
+            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success, query=query,
+                                   reference=reference, search={"strategy": spec.name, "tree": s, "node": n.id,
+                                                                "score": round(n.score, 5)}))
             for i in _path_ids(searcher.tree[s], n.id):
                 searcher.records[i]["kept"] = True
     searcher.stats.seconds = time.perf_counter() - t0
@@ -446,8 +446,8 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
         best = top(nodes, 1, rng)[0]
         t = group[best.id]
         t.group_id = gid(s)
-        t.flags["search"] = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
-                             "scores": [round(x.score, 5) for x in nodes]}
+        t.search = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
+                    "scores": [round(x.score, 5) for x in nodes]}
         kept.append(t)
         trees.append({"task": task.id, "strategy": "best_of_n", "scorer": spec.scorer,
                       "nodes": [{"id": j, "parent": None, "turn": len(x.steps), "score": round(x.score, 5),

@@ -15,9 +15,9 @@ needs a readable, compact form of some of what they carried, so each logged reco
   text pieces (``"".join(text)`` is the decoded reply, special tokens included), the sampling log-prob and
   the full-vocabulary entropy of each, rounded to ``DIGITS`` decimals.
 
-Advantages and values are recorded where the trainer computes them (``flags["advantages"]``,
-``flags["values"]``, one per turn): every estimator here broadcasts a turn's advantage to all tokens of its
-reply, so the per-token advantage is the turn's.
+Advantages and values are recorded where the objective computes them (``Trajectory.advantages`` and
+``.values``, one per turn; a record's ``flags.advantages`` and ``flags.values``): every estimator here broadcasts a
+turn's advantage to all tokens of its reply, so the per-token advantage is the turn's.
 """
 
 from __future__ import annotations

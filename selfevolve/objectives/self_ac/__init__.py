@@ -59,17 +59,17 @@ class SelfAcObjective:
             algo = self.cfg.algo
             metrics = self_ac_update(self.policy, self.optimizer, episodes, algo, self.rng)
             for ep in episodes:  # the values of the update's first forward over each episode
-                trajs[ep.traj_index].flags["values"] = [round(v, 5) for v in ep.values]
-                trajs[ep.traj_index].flags["advantages"] = returns_minus_values(ep.rewards, ep.values, algo.gamma)
+                trajs[ep.traj_index].values = [round(v, 5) for v in ep.values]
+                trajs[ep.traj_index].advantages = returns_minus_values(ep.rewards, ep.values, algo.gamma)
         self.record_values(trajs)
         return metrics
 
     def record_values(self, trajs: list[Trajectory]) -> None:
         """V(s_0..s_n) of the trajectories the update did not see (dropped by filtering), without gradients, so
         that every logged trajectory carries its values."""
-        todo = [t for t in trajs if "values" not in t.flags and t.steps]
+        todo = [t for t in trajs if t.values is None and t.steps]
         if not todo:
             return
         eps = [self.episode(t) for t in todo]
         for t, vals in zip(todo, episode_values(self.policy, eps, self.cfg.algo.micro_batch_tokens)):
-            t.flags["values"] = [round(v, 5) for v in vals]
+            t.values = [round(v, 5) for v in vals]
