@@ -7,22 +7,48 @@ serialise to JSONL as they are.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from typing import Any
 
 
 @dataclass
 class Task:
-    """One unit of work: which environment, from which start state, asking for what."""
+    """One unit of work: which environment, from which start state, asking for what.
+
+    A game's task is a seed of its environment (the seed fixes the map or the room): ``Task(id, env, seed)``. A
+    request — a tool world's, or a game task that self-questioning wrote — also says what it asks
+    (``instruction``, ``intent``), its split and difficulty, how success is checked (``goal``) and how to solve it
+    (``solution``: the calls or moves of a reference solution). Worlds keep requests in task files, one per line
+    (``worlds/base.save_tasks``); an environment plays one by its seed (``task_for(seed)``) or by itself.
+    """
 
     id: str
-    env: str
-    seed: int
+    env: str = ""
+    seed: int = 0
     instruction: str = ""
     config: dict[str, Any] = field(default_factory=dict)
-    reference: str | None = None  # a reference solution, when one is known
+    reference: str | None = None  # a reference solution as text, when one is known
     intent: str | None = None
     origin: str = "dataset"  # "dataset" | "synthesized"
+    _: KW_ONLY
+    # a request's own (empty for a task that is a seed alone)
+    split: str = ""  # "train", "test" or "synth"
+    level: int = 0  # difficulty: shop 1-3, tables 1 (easy) or 2 (hard), games 1-2
+    goal: dict[str, Any] = field(default_factory=dict)  # what the world checks: {"answer": ..., ...}
+    solution: list[Any] = field(default_factory=list)  # a reference solution: tool calls or moves, in order
+
+    REQUEST = ("split", "level", "goal", "solution")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON: every field, but a request's own only when set (a seed task's record is the same
+        as it ever was)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.REQUEST or v}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Task":
+        """The task of :meth:`to_dict`; keys that are not fields are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass
@@ -143,5 +169,5 @@ class Trajectory:
         if not with_ids:
             for step in steps:
                 step["calls"] = [{k: v for k, v in c.items() if k not in token_fields} for c in step["calls"]]
-        return {"task": asdict(self.task), "steps": steps, "group_id": self.group_id, "success": self.success,
+        return {"task": self.task.to_dict(), "steps": steps, "group_id": self.group_id, "success": self.success,
                 "flags": self.marks(), "reward": self.reward, "policy_version": self.policy_version}

@@ -20,8 +20,8 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
 from selfevolve.envs.game_tasks import PlaysTasks, task_for
 from selfevolve.errors import ConfigError
+from selfevolve.types import Task
 from selfevolve.untrusted import too_long
-from selfevolve.worlds.base import Task
 
 _STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
 _SPLIT = re.compile(r"[\s,;]+")

@@ -24,7 +24,7 @@ from selfevolve.questioning.filters import (TOOL_FILTERS, diversity, execute, gr
                                            verifies)
 from selfevolve.questioning.synthesize import (EXAMPLE_QUERY, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
-from selfevolve.worlds.base import Task as WorldTask
+from selfevolve.types import Task
 from selfevolve.worlds.base import save_tasks
 
 
@@ -105,7 +105,7 @@ def run_questioning(cfg, console=None) -> dict:
     # ---- filtering -----------------------------------------------------------------------------------------
     held_out = [t.instruction for t in make_env(env_cls, **{**options, "split": "test"}).tasks]
     marks = world.held_out_marks()
-    kept: list[WorldTask] = []
+    kept: list[Task] = []
     for seed, t in candidates:
         calls = t["action_sequence"]
         if is_duplicate(t["query"], [k.instruction for k in kept] + held_out + [EXAMPLE_QUERY], q.duplicate):
@@ -120,7 +120,7 @@ def run_questioning(cfg, console=None) -> dict:
                 and not grounded(calls[-1]["arguments"].get("answer", ""), run.results):
             counts["ungrounded"] += 1  # a look-up whose answer none of its calls returned
         else:
-            task = WorldTask(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
+            task = Task(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
                              level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
                              instruction=t["query"], goal=run.goal, solution=calls)
             if verifies(make_env(env_cls, **options), task):
