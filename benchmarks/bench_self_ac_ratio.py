@@ -20,11 +20,11 @@ import torch
 
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
-from selfevolve.rollout.runner import rollout
 from selfevolve.objectives import value_head_kind
-from selfevolve.tasks.source import SeedTasks
-from selfevolve.objectives.self_ac.update import self_ac_update
 from selfevolve.objectives.self_ac.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
+from selfevolve.objectives.self_ac.update import self_ac_update
+from selfevolve.rollout.runner import rollout
+from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.trainer import build_policy, build_prompt
 
 

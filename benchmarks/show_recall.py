@@ -12,11 +12,11 @@ import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+from selfevolve.agent.transcript import history_text  # noqa: E402
 from selfevolve.config import load_config  # noqa: E402
 from selfevolve.envs import ENVS, make_env  # noqa: E402
 from selfevolve.experience.guide import Experience  # noqa: E402
 from selfevolve.experience.recall import s1_similarity, s2_tool_coverage, s3_intent  # noqa: E402
-from selfevolve.agent.transcript import history_text  # noqa: E402
 from selfevolve.experience.records import tool_sequence  # noqa: E402
 from selfevolve.rollout.runner import rollout  # noqa: E402
 from selfevolve.tasks.source import eval_tasks  # noqa: E402

@@ -18,10 +18,10 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import FrozenLakeEnv
 from selfevolve.envs.sokoban import SokobanEnv, solve
 from selfevolve.errors import ConfigError
+from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYSTEM, Attributor, JudgeItem,
                                             attribution_messages, judge_item, judge_steps, parse_step_judgments)
 from selfevolve.rewards.oracle import BAD, GOOD, Oracle, OracleMismatch, agreement, first_bad, lake_distances
-from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 from selfevolve.worlds.shop import ShopEnv
 from selfevolve.worlds.tables import TablesEnv

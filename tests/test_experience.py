@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from selfevolve import Trainer, load_config
-from selfevolve.algos.loss import ppo_clip_loss
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.guidance import Guidance
+from selfevolve.algos.loss import ppo_clip_loss
 from selfevolve.envs import ENVS, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.experience import navigation as nav
@@ -23,9 +23,9 @@ from selfevolve.experience.intent import classify, parse_intent
 from selfevolve.experience.pool import ExperiencePool, NewItem
 from selfevolve.experience.recall import Query, SeerRecall, Weights, s2_tool_coverage, s3_intent, seer_scores, top_k
 from selfevolve.models.llm import LLM
+from selfevolve.objectives.samples import Row, build_rows, collate
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
-from selfevolve.objectives.samples import Row, build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Task, Trajectory
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from selfevolve.config import load_config
 from selfevolve.envs import make_env
+from selfevolve.errors import ConfigError
 from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, game_rules, judge,
                                       judge_messages, judge_trajectories, parse_reward, parse_verdict,
                                       to_band)
-from selfevolve.config import load_config
-from selfevolve.errors import ConfigError
 from selfevolve.types import Step, Task, Trajectory
 
 

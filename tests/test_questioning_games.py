@@ -8,8 +8,8 @@ from selfevolve import Trainer, load_config
 from selfevolve.envs import FrozenLakeEnv, SokobanEnv, make_env
 from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning import grid
+from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, EXAMPLE_QUERY, FROZENLAKE_GAME, WRITER_EXAMPLE,
                                           GameExploration, execute, named_target, reached, template_tasks)
 from selfevolve.questioning.pipeline import run_questioning

@@ -12,9 +12,9 @@ from selfevolve.config import load_config
 from selfevolve.envs import ENVS, FrozenLakeEnv, make_env
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.rollout.search import Node, SearchSpec, node_scores, score, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.train.trainer import Trainer, build_policy, build_prompt
 from selfevolve.types import Task
 

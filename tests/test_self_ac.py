@@ -15,16 +15,16 @@ import torch
 from safetensors.torch import load_file
 
 from selfevolve import Trainer, load_config
-from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, td_target, turn_logprobs
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.errors import ConfigError
+from selfevolve.objectives.samples import build_rows, collate
+from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, td_target, turn_logprobs
+from selfevolve.objectives.self_ac.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow,
+                                                 critic_prompt_ids, critic_rows, final_state_ids, shadow_mask)
+from selfevolve.objectives.self_ac.update import episode_forward, episode_values, self_ac_losses, self_ac_update
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.run import load_run
-from selfevolve.objectives.samples import build_rows, collate
-from selfevolve.objectives.self_ac.update import episode_forward, episode_values, self_ac_losses, self_ac_update
-from selfevolve.errors import ConfigError
-from selfevolve.objectives.self_ac.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow,
-                                                 critic_prompt_ids, critic_rows, final_state_ids, shadow_mask)
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Step, Task, Trajectory
 

@@ -9,9 +9,9 @@ import torch
 
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 
 

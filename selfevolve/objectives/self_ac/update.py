@@ -20,8 +20,8 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
-from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, turn_logprobs
 from selfevolve.objectives.samples import micro_batches, minibatch_schedule
+from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, turn_logprobs
 from selfevolve.objectives.self_ac.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows, forward_shadow
 
 
