@@ -64,8 +64,9 @@ def load_trajectories(path: Path, step: int | None = None):
                       observation=s["observation"], reward=s["reward"], done=s["done"], valid=s["valid"],
                       state_key=s["state_key"], info={k: v for k, v in s["info"].items() if k != "attribution"})
                  for s in rec["steps"]]
-        out.append(Trajectory(task=Task(**rec["task"]), steps=steps, group_id=rec["group_id"],
-                              success=rec["success"], flags=dict(rec["flags"])))
+        traj = Trajectory(task=Task(**rec["task"]), steps=steps, group_id=rec["group_id"], success=rec["success"])
+        traj.set_marks(rec["flags"])
+        out.append(traj)
     return out
 
 
@@ -73,20 +74,20 @@ def load_trajectories(path: Path, step: int | None = None):
 FAILING_CALL = {"shop": ("get_order", {"order_id": "#W0000000"}), "tables": ("load_table", {"table": "no_such_table"})}
 
 
-def scripted_episodes(env_name: str, n_tasks: int):
-    """Tool worlds, where the untrained policy's rollouts hold no GOOD step to find (every one of its shop steps
+def scripted_episodes(env_name: str, n_tasks: int) -> tuple[list, list[str]]:
+    """``(trajectories, the source of each)``. Tool worlds, where the untrained policy's rollouts hold no GOOD step to find (every one of its shop steps
     is BAD by the oracle): per training task 0, 1, ..., three episodes played in a fresh world, one group:
     ``reference`` (its reference solution: every call GOOD), ``detour`` (the reference with a failing call put
     before its last call: that call BAD) and ``wrong_answer`` (the reference's calls, then ``finish`` with an
     answer that says nothing found: BAD where the task's answer matters). The oracle labels them like rollouts."""
     from selfevolve.envs import make_env
-    from selfevolve.rollout.runner import task_flags
+    from selfevolve.rollout.runner import request_of
     from selfevolve.types import Step, Task, Trajectory
     from selfevolve.worlds.tools import format_tool_call
 
     failing = format_tool_call(*FAILING_CALL[env_name])
     give_up = format_tool_call("finish", {"answer": "I could not find it."})
-    out = []
+    out, sources = [], []
     for seed in range(n_tasks):
         env = make_env(env_name)  # the train split: the oracle replays a trajectory's task seed there
         env.reset(seed)
@@ -97,7 +98,8 @@ def scripted_episodes(env_name: str, n_tasks: int):
             env = make_env(env_name)
             first = env.reset(seed)
             task = Task(id=f"{env_name}-train-{seed}", env=env_name, seed=seed)
-            traj = Trajectory(task=task, group_id=task.id, flags={**task_flags(env, first), "source": source})
+            query, reference = request_of(env, first)
+            traj = Trajectory(task=task, group_id=task.id, query=query, reference=reference)
             for action in actions:
                 res = env.step(action)
                 traj.steps.append(Step(prompt_ids=[], action_ids=[], logprobs=[], action_text=action,
@@ -108,7 +110,8 @@ def scripted_episodes(env_name: str, n_tasks: int):
                 if res.done:
                     break
             out.append(traj)
-    return out
+            sources.append(source)
+    return out, sources
 
 
 def common_overrides(args, env: str) -> list[str]:
@@ -141,7 +144,7 @@ def judge(args) -> None:
     from selfevolve.models.llm import LLM
     from selfevolve.rewards.attribution import Attributor
     from selfevolve.rewards.oracle import GOOD, agreement
-    from selfevolve.train.credit import credit_batch, step_advantages
+    from selfevolve.objectives.credit import credit_batch, step_advantages
 
     from selfevolve import Trainer
 
@@ -172,8 +175,11 @@ def judge(args) -> None:
                                      f"attribution.alpha={args.alpha}",
                                      f"attribution.tokens_per_step={args.tokens_per_step}"])
         scripted = bool(args.scripted) and env in FAILING_CALL
-        trajs = scripted_episodes(env, args.scripted) if scripted else \
-            load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
+        if scripted:
+            trajs, sources = scripted_episodes(env, args.scripted)
+        else:
+            trajs = load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
+            sources = ["rollout"] * len(trajs)
         name = f"{env}-scripted" if scripted else env
         log_dir = args.out / f"judge-{name}"
         log_dir.mkdir(exist_ok=True)
@@ -194,9 +200,9 @@ def judge(args) -> None:
         batch.step_labels = None
         plain, _ = step_advantages("grpo", batch, cfg.algo, cfg.attribution)
         with (args.out / f"judged-{name}.jsonl").open("w") as f:
-            for t, a, p in zip(trajs, batch.per_step(attributed), batch.per_step(plain)):
+            for t, source, a, p in zip(trajs, sources, batch.per_step(attributed), batch.per_step(plain)):
                 f.write(json.dumps({"task": t.task.id, "group": t.group_id, "success": t.success, "reward": t.reward,
-                                    "query": t.flags.get("query", ""), "source": t.flags.get("source", "rollout"),
+                                    "query": t.query or "", "source": source,
                                     "steps": [
                                         {"action": s.action_text, "observation": s.observation, **s.info["attribution"],
                                          "advantage": round(x, 4), "grpo_advantage": round(y, 4)}

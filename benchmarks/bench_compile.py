@@ -55,7 +55,7 @@ def main() -> None:
 
     eager_s, eager_logp = best(args.reps)
     print(f"eager: forward + backward {eager_s:.2f} s ({args.rows * args.length / eager_s:.0f} tokens/s)", flush=True)
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     body.forward = torch.compile(body.forward, dynamic=True)
     t = time.perf_counter()
     step()

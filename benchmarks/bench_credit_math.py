@@ -15,7 +15,7 @@ import time
 
 from selfevolve.config import load_config
 from selfevolve.envs import make_env
-from selfevolve.train.credit import credit_batch, select_groups, step_advantages
+from selfevolve.objectives.credit import credit_batch, select_groups, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 
 VARIANTS = {

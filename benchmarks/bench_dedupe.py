@@ -19,12 +19,13 @@ import time
 import torch
 
 import selfevolve.models.policy as policy_module
+from selfevolve.build import build_policy, build_prompt
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
 from selfevolve.rollout.collect import play_episodes, step_episodes
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+from selfevolve.train.checkpoint import load_init_adapter
 
 
 def _without_dedupe(generate):

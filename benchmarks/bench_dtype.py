@@ -19,11 +19,11 @@ import transformers
 from selfevolve.algos.advantages import compute_advantages
 from selfevolve.config import load_config
 from selfevolve.envs import make_env
+from selfevolve.objectives.samples import build_rows
+from selfevolve.objectives.update import ppo_update
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.samples import build_rows
 from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
-from selfevolve.train.update import ppo_update
 
 
 def one_step(dtype: str, episodes: int, group: int) -> tuple[float, float, int]:

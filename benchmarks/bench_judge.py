@@ -37,7 +37,7 @@ from selfevolve.experience.guide import expert_episode  # noqa: E402
 from selfevolve.models.llm import LLM  # noqa: E402
 from selfevolve.rewards.judge import (FALLBACK_SCORE, achieved, agreement, game_rules,  # noqa: E402
                                       judge_trajectories, parse_reward, read_score, to_band)
-from selfevolve.rollout.runner import task_flags  # noqa: E402
+from selfevolve.rollout.runner import request_of  # noqa: E402
 from selfevolve.types import Step, Task, Trajectory  # noqa: E402
 
 KEPT_STATS = ("judge/malformed", "judge/fallback", "judge/verdict")
@@ -56,30 +56,33 @@ def balanced(trajs: list[Trajectory], per_class: int, seed: int) -> list[Traject
     return rng.sample(wins, min(per_class, len(wins))) + rng.sample(losses, min(per_class, len(losses)))
 
 
-def shop_episodes(n: int, seed_offset: int) -> list[Trajectory]:
+def shop_episodes(n: int, seed_offset: int) -> tuple[list[Trajectory], list[Trajectory]]:
     """Reference solutions of ``n`` held-out shop tasks (successes) and the same without the last two calls
-    (the write, if any, and the ``finish``: failures), each played in a fresh environment so that observations and verdicts are the world's own."""
-    out = []
+    (the write, if any, and the ``finish``: failures), each played in a fresh environment so that observations
+    and verdicts are the world's own: ``(references, near misses)``."""
+    references, near_misses = [], []
     for i in range(n):
         seed = seed_offset + i
         env = make_env("shop", split="test")
         first = env.reset(seed)
         task = Task(id=f"shop-test-{seed}", env="shop", seed=seed, intent=getattr(env.task, "intent", None))
         full = expert_episode(env, first, task)
-        full.flags = {**task_flags(env, first), "source": "reference"}
+        full.query, full.reference = request_of(env, first)
         if not full.success or len(full.steps) < 2:
             continue
         env = make_env("shop", split="test")
         first = env.reset(seed)
-        cut = Trajectory(task=task, flags={**task_flags(env, first), "source": "near_miss"})
+        query, reference = request_of(env, first)
+        cut = Trajectory(task=task, query=query, reference=reference)
         for step in full.steps[:max(1, len(full.steps) - 2)]:  # without the last write (if any) and the finish
             obs, reward, done, info = env.step(step.action_text)
             cut.steps.append(Step(prompt_ids=[], action_ids=[], logprobs=[], action_text=step.action_text,
                                         observation=obs, reward=float(reward), done=bool(done),
                                         valid=bool(info.get("valid_action", True))))
             cut.success = bool(info.get("success", False))
-        out += [full, cut]
-    return out
+        references.append(full)
+        near_misses.append(cut)
+    return references, near_misses
 
 
 def rescore(out: Path) -> dict:
@@ -156,9 +159,7 @@ def main() -> None:
             sources[env_name] = balanced(load_trajectories(path), args.per_class, args.seed)
         else:
             print(f"{env_name}: {path} not found, skipped", flush=True)
-    shop = shop_episodes(args.shop_tasks, args.seed_offset)
-    sources["shop/reference"] = [t for t in shop if t.flags["source"] == "reference"]
-    sources["shop/near_miss"] = [t for t in shop if t.flags["source"] == "near_miss"]
+    sources["shop/reference"], sources["shop/near_miss"] = shop_episodes(args.shop_tasks, args.seed_offset)
     if Path(args.shop).is_file():
         sources["shop/policy"] = balanced(load_trajectories(Path(args.shop)), args.per_class, args.seed)
 

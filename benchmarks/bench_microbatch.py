@@ -26,8 +26,9 @@ import time
 import torch
 
 from bench_dedupe import step_batch
+from selfevolve.objectives.samples import (build_rows, collate, encoded_tokens, micro_batches, shared_prefix_len,
+                                           turn_cuts)
 from selfevolve.rollout.collect import play_episodes
-from selfevolve.train.samples import build_rows, collate, encoded_tokens, micro_batches, shared_prefix_len, turn_cuts
 
 
 def encoded(chunks, grouped: bool = False) -> int:

@@ -46,9 +46,9 @@ import transformers
 
 import selfevolve.agent.context as context_mod
 import selfevolve.models.policy as policy_mod
+import selfevolve.objectives.update as update_mod
 import selfevolve.rollout.runner as runner_mod
 import selfevolve.train.trainer as trainer_mod
-import selfevolve.train.update as update_mod
 from bench_rollout import measured_limit, param_counts
 from selfevolve.config import load_config
 from selfevolve.models.prefix_sharing import segment_tree

@@ -101,7 +101,7 @@ def update_time(trainer, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        rows, _ = trainer.credit(trajs)
+        rows, _ = trainer.objective.credit(trajs)
         if rows:
             trainer.update(rows, trajs)
         times.append(time.perf_counter() - t0)
@@ -113,9 +113,9 @@ def sampler_cost(args) -> None:
     from selfevolve.envs import ENVS, make_env
     from selfevolve.models.generation import _sample
     from selfevolve.rollout.runner import RolloutStats, rollout
-    from selfevolve.rollout.seeding import episode_generators
+    from selfevolve.rollout.seeding import episode_streams
     from selfevolve.tasks.source import SeedTasks
-    from selfevolve.train.build import build_policy, build_prompt
+    from selfevolve.build import build_policy, build_prompt
 
     torch.set_num_threads(args.local_threads)
     cfg = load_config(overrides=[f"model.name={args.model}", "model.dtype=fp32"])
@@ -126,7 +126,7 @@ def sampler_cost(args) -> None:
     for rep in range(args.repeats):
         for name, acc in runs.items():
             gen = torch.Generator().manual_seed(rep) if name.startswith("shared") else \
-                episode_generators(rep, 0, list(range(len(tasks))), [t.id for t in tasks])
+                episode_streams(policy, rep, 0, list(range(len(tasks))), [t.id for t in tasks])
             st = RolloutStats()
             envs = [make_env(env_cls, max_turns=args.max_turns) for _ in tasks]
             rollout(policy, envs, tasks, builder, max_turns=args.max_turns, generator=gen, stats=st)

@@ -92,18 +92,20 @@ def worker(method: str, n_turns: int, args) -> dict:
     from selfevolve.algos.loss import ppo_clip_loss, value_loss
     from selfevolve.config import load_config
     from selfevolve.envs import FrozenLakeEnv
-    from selfevolve.train.samples import build_rows, collate, micro_batches
-    from selfevolve.train.self_ac import self_ac_update
-    from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
+    from selfevolve.objectives import value_head_kind
+    from selfevolve.objectives.samples import build_rows, collate, micro_batches
+    from selfevolve.objectives.self_ac.update import self_ac_update
+    from selfevolve.objectives.self_ac.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
     from selfevolve.train.trainer import build_policy, build_prompt
-    from selfevolve.train.update import compute_values, ppo_update
+    from selfevolve.objectives.update import compute_values, ppo_update
 
     torch.set_num_threads(args.threads)
     name = {"per_turn": "self_ac", "ppo_separate": "ppo", "ppo_shared": "ppo"}.get(method, method)
     cfg = load_config(overrides=[f"model.name={args.model}", f"model.dtype={args.dtype}", f"algo.name={name}",
                                  f"algo.self_ac.forward={'per_turn' if method == 'per_turn' else 'shadow'}"])
-    policy = build_policy(cfg, critic=method not in ("ppo_separate", "grpo"))
-    critic = build_policy(cfg, critic=True) if method == "ppo_separate" else None
+    head = value_head_kind(cfg)
+    policy = build_policy(cfg, value_head=head if method not in ("ppo_separate", "grpo") else None)
+    critic = build_policy(cfg, value_head=head) if method == "ppo_separate" else None
     builder = build_prompt(cfg, policy, FrozenLakeEnv())
     trajs = episodes(cfg, policy, builder, n_turns, args.episodes)
     params = policy.trainable_parameters() + (critic.trainable_parameters() if critic else [])

@@ -20,10 +20,11 @@ import torch
 
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
+from selfevolve.objectives import value_head_kind
+from selfevolve.objectives.self_ac.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
+from selfevolve.objectives.self_ac.update import self_ac_update
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.self_ac import self_ac_update
-from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids
 from selfevolve.train.trainer import build_policy, build_prompt
 
 
@@ -41,7 +42,7 @@ def main() -> None:
     cfg = load_config(overrides=[f"model.name={args.model}", f"env.name={args.env}", "agent.think=true",
                                  "agent.max_new_tokens=48", "algo.name=self_ac", f"algo.lr={args.lr}",
                                  f"algo.minibatches={args.minibatches}"])
-    policy = build_policy(cfg, critic=True)
+    policy = build_policy(cfg, value_head=value_head_kind(cfg))
     env_cls = ENVS[args.env]
     builder = build_prompt(cfg, policy, make_env(env_cls))
     tasks = SeedTasks(args.env, seed=0).next(args.episodes)

@@ -1,7 +1,8 @@
 """Draw the Self-AC attention mask of a real two-turn episode (docs/img/shadow_mask.png).
 
-The picture is the mask selfevolve builds (``selfevolve/train/shadow.py``): the SmolLM2 chat template, the real
-critic prompt, a short FrozenLake-like chat (no few-shot turns, so that the picture stays readable).
+The picture is the mask selfevolve builds (``selfevolve/objectives/self_ac/shadow.py``): the SmolLM2 chat
+template, the real critic prompt, a short FrozenLake-like chat (no few-shot turns, so that the picture stays
+readable).
 
     python benchmarks/plot_shadow_mask.py --out docs/img/shadow_mask.png
 """
@@ -14,7 +15,7 @@ import torch
 
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.models.loading import load_model
-from selfevolve.train.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids, shadow_mask
+from selfevolve.objectives.self_ac.shadow import build_shadow_episode, critic_prompt_ids, final_state_ids, shadow_mask
 from selfevolve.types import Step, Task, Trajectory
 
 

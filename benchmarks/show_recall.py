@@ -12,11 +12,12 @@ import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+from selfevolve.agent.transcript import history_text  # noqa: E402
 from selfevolve.config import load_config  # noqa: E402
 from selfevolve.envs import ENVS, make_env  # noqa: E402
 from selfevolve.experience.guide import Experience  # noqa: E402
 from selfevolve.experience.recall import s1_similarity, s2_tool_coverage, s3_intent  # noqa: E402
-from selfevolve.experience.records import history_text, tool_sequence  # noqa: E402
+from selfevolve.experience.records import tool_sequence  # noqa: E402
 from selfevolve.rollout.runner import rollout  # noqa: E402
 from selfevolve.tasks.source import seed_tasks  # noqa: E402
 from selfevolve.train.trainer import build_policy, build_prompt  # noqa: E402
@@ -41,8 +42,8 @@ def main() -> None:
                        guide=exp.guide([task], 1, training=False))[0]
         items = {it.id: it for it in exp.pool.items("trajectory")}
         vecs = dict(zip([it.id for it in exp.pool.items("trajectory")], exp.pool.matrix("trajectory")))
-        query, intent = traj.flags["query"], traj.flags.get("intent")
-        print(f"task: {query}\nclassified intent: {intent} (true: {traj.flags.get('intent_true')})\n")
+        query, intent = traj.query, traj.intent
+        print(f"task: {query}\nclassified intent: {intent} (true: {traj.intent_true})\n")
         for t, step in enumerate(traj.steps):
             h = history_text(query, traj.steps[:t])
             e = exp.embedder.encode([h])[0]

@@ -18,10 +18,10 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import FrozenLakeEnv
 from selfevolve.envs.sokoban import SokobanEnv, solve
 from selfevolve.errors import ConfigError
+from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYSTEM, Attributor, JudgeItem,
                                             attribution_messages, judge_item, judge_steps, parse_step_judgments)
 from selfevolve.rewards.oracle import BAD, GOOD, Oracle, OracleMismatch, agreement, first_bad, lake_distances
-from selfevolve.train.credit import credit_batch, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 from selfevolve.worlds.shop import ShopEnv
 from selfevolve.worlds.tables import TablesEnv
@@ -210,7 +210,7 @@ def test_judge_budget_follows_the_longest_trajectory_of_a_chunk():
 def play(env, seed, actions) -> Trajectory:
     """An episode recorded as the rollout records it (state key before each step, observation, info)."""
     traj = Trajectory(task=Task(id=f"{env.name}-{seed}", env=env.name, seed=seed), group_id="g")
-    traj.flags["query"] = env.reset(seed)
+    traj.query = env.reset(seed)
     for a in actions:
         key = env.state_key()
         obs, reward, done, info = env.step(a)
@@ -354,11 +354,11 @@ def test_agreement_by_hand():
 def test_judge_item_for_games_and_tool_worlds():
     lake = play(Lake(), 0, ["<think>hm</think><answer>Right</answer>", "jump"])
     item = judge_item(lake, rules="Reach the goal.")
-    assert item.task == "Reach the goal." and item.start == lake.flags["query"]
+    assert item.task == "Reach the goal." and item.start == lake.query
     assert [a for a, _ in item.steps] == ["Right", "jump"] and item.success is False
     shop = play(ShopEnv(), 0, [call("get_order", order_id="W9289")])
     item = judge_item(shop)
-    assert item.task == shop.flags["query"] and item.start is None
+    assert item.task == shop.query and item.start is None
 
 
 # ---- the stage and training end to end (tiny) ---------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_a_nan_loss_stops_the_run_before_the_optimizer_steps(tmp_path, algo):
     (no NaN reaches it) and the checkpoint of step 0 stays the latest."""
     from selfevolve.config import load_config
     from selfevolve.train.trainer import Trainer
-    from selfevolve.train.update import NonFinite
+    from selfevolve.objectives.update import NonFinite
 
     run = tmp_path / "run"
     cfg = load_config(overrides=[*RUN, f"algo.name={algo}", "train.steps=2", f"train.out_dir={run}"])
@@ -226,7 +226,7 @@ def test_a_nan_loss_is_a_one_line_error_of_the_command(tmp_path):
 
 def test_weights_that_overflow_in_the_step_stop_the_run():
     """The check after the step: a finite gradient times a huge step size overflows float32 to -inf."""
-    from selfevolve.train.update import NonFinite, safe_step
+    from selfevolve.objectives.update import NonFinite, safe_step
 
     p = torch.nn.Parameter(torch.ones(3))
     p.grad = torch.full((3,), 10.0)

@@ -5,14 +5,14 @@ import pytest
 
 from selfevolve.agent.context import ContextSpec, EpisodeContext, omitted_note, parse_decision
 from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.config import load_config
 from selfevolve.envs import StepResult, TextEnv
 from selfevolve.errors import ConfigError
-from selfevolve.models.generation import Generation
 from selfevolve.models.loading import load_tokenizer
+from selfevolve.models.sampler import Generation
+from selfevolve.objectives.samples import build_rows
 from selfevolve.rollout.runner import rollout
-from selfevolve.train.samples import build_rows
 from selfevolve.types import Task
-from selfevolve.config import load_config
 
 
 class Log(TextEnv):

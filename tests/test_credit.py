@@ -2,6 +2,7 @@
 
 import math
 import random
+from typing import get_args
 
 import pytest
 import torch
@@ -12,9 +13,11 @@ from selfevolve.algos.gigpo import anchor_ids, discounted_returns, gigpo_advanta
 from selfevolve.algos.loss import value_loss
 from selfevolve.algos.selaur import shape_failures, token_uncertainty, trajectory_uncertainty
 from selfevolve.config import load_config
+from selfevolve.config_sections import AlgoConfig
 from selfevolve.envs import ENVS, make_env
 from selfevolve.errors import ConfigError
-from selfevolve.train.credit import credit_batch, step_advantages
+from selfevolve.objectives import OBJECTIVES
+from selfevolve.objectives.credit import ESTIMATORS, credit_batch, step_advantages
 from selfevolve.types import Step, Task, Trajectory
 
 close = lambda a, b: torch.testing.assert_close(a.double(), torch.as_tensor(b, dtype=torch.float64), atol=1e-5, rtol=1e-5)
@@ -267,3 +270,10 @@ def test_estimators_selected_by_name_and_bad_names_rejected():
                                "reward.selaur.w_least_confidence=0"])
     with pytest.raises(ConfigError, match="filter.keep"):
         load_config(overrides=["filter.keep=1.5"])
+
+
+def test_every_algorithm_the_config_allows_has_an_objective():
+    """algo.name's allowed values and the objectives agree: a new estimator is its entry in credit.ESTIMATORS and
+    its name in AlgoConfig.name (docs/architecture.md)."""
+    allowed = set(get_args(AlgoConfig.model_fields["name"].annotation))
+    assert allowed == set(OBJECTIVES) == set(ESTIMATORS) | {"self_ac"}

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from selfevolve import Trainer, load_config
-from selfevolve.algos.loss import ppo_clip_loss
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.guidance import Guidance
+from selfevolve.algos.loss import ppo_clip_loss
 from selfevolve.envs import ENVS, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.experience import navigation as nav
@@ -23,9 +23,9 @@ from selfevolve.experience.intent import classify, parse_intent
 from selfevolve.experience.pool import ExperiencePool, NewItem
 from selfevolve.experience.recall import Query, SeerRecall, Weights, s2_tool_coverage, s3_intent, seer_scores, top_k
 from selfevolve.models.llm import LLM
+from selfevolve.objectives.samples import Row, build_rows, collate
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import seed_tasks
-from selfevolve.train.samples import Row, build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Task, Trajectory
 
@@ -224,7 +224,7 @@ def guided_rollout(policy):
 
 def test_guided_prompts_are_stripped_token_exact(guided_rollout, policy):
     builder, tasks, trajs = guided_rollout
-    assert [bool(t.flags.get("guided")) for t in trajs] == [True, True, False, False] * 2
+    assert [t.guided for t in trajs] == [True, True, False, False] * 2
     block = policy.tokenizer.encode(nav.BLOCK_TITLE, add_special_tokens=False)
 
     def contains(ids, sub):
@@ -232,17 +232,17 @@ def test_guided_prompts_are_stripped_token_exact(guided_rollout, policy):
 
     for traj in trajs:
         # the same episode replayed by the prompt builder without any block: same replies, same observations
-        plain = EpisodeContext(builder, traj.task.instruction, traj.flags["query"], Guidance())
-        assert plain.prompt == builder.prompt_ids([traj.flags["query"]], [], traj.task.instruction, Guidance())
+        plain = EpisodeContext(builder, traj.task.instruction, traj.query, Guidance())
+        assert plain.prompt == builder.prompt_ids([traj.query], [], traj.task.instruction, Guidance())
         for step in traj.steps:
-            if traj.flags.get("guided"):
+            if traj.guided:
                 assert contains(step.prompt_ids, block)  # sampled with the block ...
                 assert step.train_prompt_ids == plain.prompt  # ... trained without it, as if never shown
             else:
                 assert step.train_prompt_ids is None and step.prompt_ids == plain.prompt
             plain.advance(step.action_ids, step.action_text, step.observation)
     rows = build_rows(trajs, [1.0] * len(trajs))
-    assert [r.guided for r in rows] == [bool(t.flags.get("guided")) for t in trajs]  # causal: one row each
+    assert [r.guided for r in rows] == [t.guided for t in trajs]  # causal: one row each
     for row, traj in zip(rows, trajs):
         first = traj.steps[0].train_prompt_ids or traj.steps[0].prompt_ids
         assert row.ids[:len(first)] == first
@@ -316,11 +316,11 @@ def test_accumulation_adds_only_verified_successes_once(policy):
     task = env.tasks[0]
     first = env.load(task)
     good = expert_episode(env, first, Task(id=task.id, env="shop", seed=0, intent=task.intent))
-    good.flags["query"] = first
+    good.query = first
     first = env.load(task)
     bad = expert_episode(env, first, Task(id=task.id, env="shop", seed=0, intent=task.intent))
     bad.steps, bad.success = bad.steps[:1], False  # stopped after one call: the verifier says no
-    bad.flags["query"] = first
+    bad.query = first
     assert good.success
     assert exp.absorb([good, bad, Trajectory(task=good.task)], exp.pool, step=3, origin="rollout") == 1
     assert exp.absorb([good], exp.pool, step=4, origin="rollout") == 0  # already there

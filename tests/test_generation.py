@@ -113,7 +113,7 @@ def test_the_cache_goes_under_the_name_the_installed_transformers_takes(policy):
         def forward(self, input_ids=None, cache=None, **kwargs): ...
 
     assert cache_kwargs(Old(), 1) == {"past_key_values": 1} and cache_kwargs(New(), 1) == {"cache": 1}
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     takes = "cache" if "cache" in inspect.signature(type(body).forward).parameters else "past_key_values"
     assert cache_kwargs(policy.model, 0) == cache_kwargs(body, 0) == {takes: 0}  # the peft wrapper looked through
     with warnings.catch_warnings():

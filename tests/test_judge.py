@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from selfevolve.config import load_config
 from selfevolve.envs import make_env
+from selfevolve.errors import ConfigError
 from selfevolve.rewards.judge import (JUDGE_EXAMPLE, JUDGE_SYSTEM, achieved, agreement, game_rules, judge,
                                       judge_messages, judge_trajectories, parse_reward, parse_verdict,
                                       to_band)
-from selfevolve.config import load_config
-from selfevolve.errors import ConfigError
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -137,7 +137,7 @@ def test_judge_retry_recovers_and_no_retries():
 def test_judge_trajectories_builds_items():
     step = Step(prompt_ids=[], action_ids=[], logprobs=[], action_text="get_order(id=7)", observation="shipped")
     t1 = Trajectory(task=Task(id="a", env="shop", seed=0, instruction="Where is order 7?", reference="get_order(7)"),
-                    steps=[step], flags={"query": "Where is my order 7?"})
+                    steps=[step], query="Where is my order 7?")
     t2 = Trajectory(task=Task(id="b", env="shop", seed=0, instruction="Cancel order 9."), steps=[])
     llm = ScriptedLLM(["<reward>90</reward>", "<reward>5</reward>"])
     scores, _ = judge_trajectories(llm, [t1, t2])
@@ -154,7 +154,7 @@ def test_game_rules_reach_the_judge():
     rules = game_rules(lake)
     assert "Reach the goal G" in rules and game_rules(make_env("shop")) == ""
     board = lake.reset(3)
-    t = Trajectory(task=Task(id="f", env="frozenlake", seed=3), flags={"query": board},
+    t = Trajectory(task=Task(id="f", env="frozenlake", seed=3), query=board,
                    steps=[Step(prompt_ids=[], action_ids=[], logprobs=[], action_text="Down", observation="X")])
     llm = ScriptedLLM(["<reward>0</reward>"])
     judge_trajectories(llm, [t], rules=rules)

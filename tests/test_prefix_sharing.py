@@ -1,4 +1,4 @@
-"""Rows that begin alike (``models/prefix_sharing.py``, ``train/samples.py``): the shared prefix encoded once, then
+"""Rows that begin alike (``models/prefix_sharing.py``, ``objectives/samples.py``): the shared prefix encoded once, then
 the rows as a tree of their turns, every distinct beginning once — the same log-probs, values and gradients as the
 plain forward, for fewer tokens, and the micro-batch split that counts them."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from selfevolve.config import load_config
-from selfevolve.train.samples import Row, collate, encoded_tokens, micro_batches, turn_cuts
+from selfevolve.objectives.samples import Row, collate, encoded_tokens, micro_batches, turn_cuts
 from selfevolve.train.trainer import build_policy
 
 P = 10
@@ -81,7 +81,7 @@ def forwards(dtype: str):
     policy.attach_value_head()
     rows = [A1, A2, A3, B1]
     b = collate(rows, policy.pad_id, policy.device)
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     fed = []
     forward = body.forward
     body.forward = lambda *a, **k: fed.append(k["input_ids"].numel()) or forward(*a, **k)
@@ -143,7 +143,7 @@ def test_a_loss_inside_the_shared_prefix_is_refused():
 def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
     """Generation and every other forward keep the model's own attention, also after a forward that failed."""
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     own = body.config._attn_implementation
     b = collate([A1, A2, B1], policy.pad_id, policy.device)
     cuts = [turn_cuts(r) for r in (A1, A2, B1)]
@@ -164,7 +164,7 @@ def test_the_tree_attention_is_switched_on_only_for_the_update_forward():
 
 def test_models_whose_attention_the_tree_cannot_stand_in_for_are_encoded_plainly():
     policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
-    body, _ = policy._body_and_head()
+    body, _ = policy.body_and_head()
     rows = [A1, A2, B1]
     b = collate(rows, policy.pad_id, policy.device)
     cuts = [turn_cuts(r) for r in rows]

@@ -7,14 +7,15 @@ import pytest
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord, first_call)
-from selfevolve.questioning.filters import execute, grounded, is_duplicate, jaccard, mentions, verifies
-from selfevolve.questioning.pipeline import diversity, run_questioning
+from selfevolve.questioning.filters import diversity, execute, grounded, is_duplicate, mentions, verifies
+from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
+from selfevolve.types import Task
 from selfevolve.worlds import ShopEnv
-from selfevolve.worlds.base import Task as WorldTask
 from selfevolve.worlds.base import save_tasks
 from selfevolve.worlds.tools import format_tool_call
 
@@ -127,7 +128,8 @@ def test_execution_keeps_working_references_with_their_goal_and_drops_failing_on
                        {"name": "finish", "arguments": {"answer": "cancelled"}}]
     run = execute(world, 0, cancel)
     assert run.ok and run.goal["changes"]
-    task = WorldTask("shop-synth-0000", "synth", 2, "cancel_order", f"Cancel order {order}.", run.goal, cancel)
+    task = Task("shop-synth-0000", split="synth", level=2, intent="cancel_order",
+                instruction=f"Cancel order {order}.", goal=run.goal, solution=cancel)
     assert verifies(make_env("shop"), task)
     env = make_env("shop")
     env.load(task)
@@ -165,7 +167,7 @@ def test_writer_json_one_bracket_off_is_mended():
 def test_writer_prefill_opens_the_reply_in_json(tmp_path):
     from selfevolve.agent.prompt import render_chat
     from selfevolve.models.llm import LLM
-    from selfevolve.train.build import build_policy
+    from selfevolve.build import build_policy
 
     policy = build_policy(load_config(overrides=TINY))
     llm = LLM("policy", policy, log_dir=tmp_path, max_new_tokens=6)
@@ -209,8 +211,8 @@ def test_split_option_takes_synthesized_tasks(tmp_path):
              {"name": "finish", "arguments": {"answer": "pending"}}]
     run = execute(world, 0, calls)
     path = tmp_path / "tasks.jsonl"
-    save_tasks([WorldTask("shop-synth-0000", "synth", 1, "order_status", f"Status of {order}?", run.goal, calls)],
-               str(path))
+    save_tasks([Task("shop-synth-0000", split="synth", level=1, intent="order_status",
+                     instruction=f"Status of {order}?", goal=run.goal, solution=calls)], str(path))
     only = make_env("shop", tasks_file=str(path), split="synth")
     mixed = make_env("shop", tasks_file=str(path), split="train+synth")
     assert [t.id for t in only.tasks] == ["shop-synth-0000"]

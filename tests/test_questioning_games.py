@@ -9,8 +9,8 @@ from selfevolve.envs import FrozenLakeEnv, SokobanEnv, make_env
 from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
 from selfevolve.envs.holdout import bucket
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning import grid
+from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, EXAMPLE_QUERY, FROZENLAKE_GAME, WRITER_EXAMPLE,
                                           GameExploration, execute, named_target, reached, template_tasks)
 from selfevolve.questioning.pipeline import run_questioning
@@ -221,7 +221,8 @@ def test_explore_starts_from_a_trained_adapter(tmp_path):
     3 valid moves in 124 on FrozenLake, a behaviour-cloned one is the explorer worth having."""
     import torch
 
-    from selfevolve.train.build import build_policy, load_init_adapter
+    from selfevolve.build import build_policy
+    from selfevolve.train.checkpoint import load_init_adapter
     from selfevolve.train.checkpoint import find_checkpoint, load_checkpoint
 
     run = tmp_path / "run"

@@ -11,9 +11,9 @@ from selfevolve.agent.parsing import parse_action
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.rollout.runner import RolloutStats, rollout
 from selfevolve.tasks.source import SeedTasks, seed_tasks
-from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 
 

@@ -12,9 +12,9 @@ from selfevolve.config import load_config
 from selfevolve.envs import ENVS, FrozenLakeEnv, make_env
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.errors import ConfigError
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.rollout.search import Node, SearchSpec, node_scores, score, search_rollouts
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.trainer import Trainer, build_policy, build_prompt
 from selfevolve.types import Task
 
@@ -138,9 +138,9 @@ def test_beam_keeps_the_children_the_scorer_prefers(policy):
                         path, cur = path + cur["reward"], nodes[cur["parent"]]
                     assert n["score"] == pytest.approx(path, abs=1e-4)
         for t in res.trajectories:
-            assert t.flags["search"]["score"] == pytest.approx(t.reward, abs=1e-4)
+            assert t.search["score"] == pytest.approx(t.reward, abs=1e-4)
             assert len(t.steps) == 3
-            assert t.flags["query"] == Length().reset(t.task.seed)  # the request, as the judge needs it
+            assert t.query == Length().reset(t.task.seed)  # the request, as the judge needs it
 
 
 def test_lookahead_commits_to_the_best_continuation(policy):
@@ -232,7 +232,7 @@ def test_values_read_over_the_cache_match_a_full_forward(policy):
         state = g.state.gather([0, 0, 1])
         nxt = [prompts[0] + g.ids[0] + [3], prompts[0] + g.ids[0] + [3, 4, 5], prompts[1] + g.ids[1] + [9]]
         values, st, _ = policy.state_values(nxt, suffix, state)
-        body, _ = policy._body_and_head()
+        body, _ = policy.body_and_head()
         with torch.no_grad():
             ids = [torch.tensor([p + suffix], device=policy.device) for p in nxt]
             ref = [float(policy.value_head(body(input_ids=x).last_hidden_state[0, -1])) for x in ids]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
+from selfevolve.build import build_policy, build_prompt
 from selfevolve.config import load_config
 from selfevolve.envs import ENVS, make_env
 from selfevolve.models.generation import _sample
 from selfevolve.rollout.collect import play_episodes, step_episodes
 from selfevolve.rollout.seeding import episode_seed
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.build import build_policy, build_prompt
 
 
 def test_the_exponential_race_samples_the_distribution():

@@ -15,16 +15,16 @@ import torch
 from safetensors.torch import load_file
 
 from selfevolve import Trainer, load_config
-from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, td_target, turn_logprobs
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.errors import ConfigError
+from selfevolve.objectives.samples import build_rows, collate
+from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, td_target, turn_logprobs
+from selfevolve.objectives.self_ac.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow,
+                                                 critic_prompt_ids, critic_rows, final_state_ids, shadow_mask)
+from selfevolve.objectives.self_ac.update import episode_forward, episode_values, self_ac_losses, self_ac_update
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.run import load_run
-from selfevolve.train.samples import build_rows, collate
-from selfevolve.train.self_ac import episode_forward, episode_values, self_ac_losses, self_ac_update
-from selfevolve.errors import ConfigError
-from selfevolve.train.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow, critic_prompt_ids,
-                                     critic_rows, final_state_ids, shadow_mask)
 from selfevolve.train.trainer import build_policy, build_prompt
 from selfevolve.types import Step, Task, Trajectory
 
@@ -178,7 +178,7 @@ def test_one_pass_equals_the_actor_alone_and_one_critic_forward_per_state(rollou
             for e in eps:
                 h = body(input_ids=torch.tensor([e.ids]), position_ids=torch.tensor([e.positions]),
                          attention_mask=interleaved_mask(e)).last_hidden_state[0]
-                inter_logp.append(policy._token_logprobs(policy.model.get_output_embeddings(), h[e.pred],
+                inter_logp.append(policy.token_logprobs(policy.model.get_output_embeddings(), h[e.pred],
                                                          torch.tensor(e.ids)[e.target], False)[0])
                 inter_values.append(policy.value_head(h[e.cp_end]))
     finally:

@@ -9,9 +9,9 @@ import torch
 
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import SeedTasks
-from selfevolve.train.samples import build_rows, collate
 from selfevolve.train.trainer import build_policy, build_prompt
 
 
@@ -23,7 +23,7 @@ def policy():
 
 def test_shared_prefix_training_forward_matches_plain(policy):
     """Training log-probs and gradients with the shared-prefix forward equal those of the plain forward."""
-    from selfevolve.train.samples import Row, shared_prefix_len
+    from selfevolve.objectives.samples import Row, shared_prefix_len
 
     prefix = list(range(200, 230))
     rows = [
@@ -55,7 +55,7 @@ def test_micro_batches_take_the_split_that_encodes_the_fewest_tokens():
     longest row's). All four: 140 + 60 + 70 + 360 + 380 = 1010, + 4 x 520 / 16 = 130: 1140. At 900: {200, 210,
     500} is 630 + 3 x 500 / 16 = 723 and {500, 520} is 880 + 65 = 945, so the split is {200, 210, 500} + {520}
     (1150 tokens); one row each would encode 1430."""
-    from selfevolve.train.samples import Row, encoded_tokens, micro_batches
+    from selfevolve.objectives.samples import Row, encoded_tokens, micro_batches
 
     rows = [Row(ids=[1] * n, mask=[0] * n, old_logprobs=[], advantages=[]) for n in (520, 200, 500, 210)]
     lengths = lambda chunks: [[len(r) for r in c] for c in chunks]  # noqa: E731
@@ -72,7 +72,7 @@ def test_the_update_in_micro_batches_equals_the_update_in_one(policy):
     adapter: the loss is a token mean weighted across micro-batches."""
     import random
 
-    from selfevolve.train.update import ppo_update
+    from selfevolve.objectives.update import ppo_update
 
     cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
     builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
@@ -146,7 +146,7 @@ def test_rows_with_zero_advantage_are_not_run_and_the_update_is_unchanged(policy
     (tokens run) / (all tokens), as loss = Σ_run ℓ_t / N_all = (N_run / N_all) · Σ_run ℓ_t / N_run."""
     import random
 
-    from selfevolve.train.update import ppo_update
+    from selfevolve.objectives.update import ppo_update
 
     builder = build_prompt(load_config(overrides=["model.name=tiny"]), policy, make_env(FrozenLakeEnv))
     tasks = [t for t in SeedTasks("frozenlake", seed=0).next(2) for _ in range(3)]

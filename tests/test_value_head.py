@@ -11,8 +11,8 @@ from selfevolve.errors import SelfEvolveError
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 from selfevolve.models.value_head import ValueHead
-from selfevolve.train.samples import build_rows, collate
-from selfevolve.train.update import compute_values, ppo_update
+from selfevolve.objectives.samples import build_rows, collate
+from selfevolve.objectives.update import compute_values, ppo_update
 from selfevolve.types import Step, Task, Trajectory
 
 

@@ -38,7 +38,7 @@ from selfevolve.worlds import (
     tool,
 )
 from selfevolve.worlds import shop_data, shop_tasks, tables_data, tables_tasks
-from selfevolve.worlds.base import parse_number
+from selfevolve.worlds.base import parse_number, task_from_line
 from selfevolve.worlds.tables import calculate_expression
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +217,7 @@ def test_shop_task_counts_and_format():
     orders = shop_data.dataset(0).by_id("orders")
     for t in tasks:
         assert t.solution[-1]["name"] == "finish" and len(t.solution) <= ShopEnv().max_turns
-        assert Task.from_dict(json.loads(json.dumps(t.to_dict()))) == t  # JSON round trip
+        assert task_from_line(json.loads(json.dumps(t.to_dict()))) == t  # a task file's line, round trip
         assert (t.goal["changes"] == {}) == (t.level == 1 or t.intent == "order_status")
         for c in t.solution:  # test tasks are about held-out customers only, train tasks never
             oid = c["arguments"].get("order_id")
@@ -856,17 +856,18 @@ def test_prompts_profiles_and_options(world, profile):
 
 
 def test_extra_tasks_from_a_file(tmp_path):
-    extra = Task("mine-1", "train", 1, "product_price", "How much is the Trail Backpack (green, 20L)?",
-                 {"answer": "1.00", "changes": {}},
-                 [{"name": "find_products", "arguments": {"query": "Trail Backpack"}},
-                  {"name": "finish", "arguments": {"answer": "1.00"}}])
+    extra = Task("mine-1", split="train", level=1, intent="product_price",
+                 instruction="How much is the Trail Backpack (green, 20L)?", goal={"answer": "1.00", "changes": {}},
+                 solution=[{"name": "find_products", "arguments": {"query": "Trail Backpack"}},
+                           {"name": "finish", "arguments": {"answer": "1.00"}}])
     path = tmp_path / "tasks.jsonl"
     save_tasks([extra], str(path))
     env = ShopEnv(tasks_file=str(path), level=1)
     assert env.tasks[-1] == extra
     env.load("mine-1")
     assert env.step(env.expert_action()).info["valid_action"]
-    typo = Task("mine-2", "train", 1, "product_price", "?", {"answer": "1"}, [{"name": "find_product", "arguments": {}}])
+    typo = Task("mine-2", split="train", level=1, intent="product_price", instruction="?",
+                goal={"answer": "1"}, solution=[{"name": "find_product", "arguments": {}}])
     env.load(typo)
     with pytest.raises(ValueError, match="task mine-2: its reference solution has an invalid call"):
         env.expert_action()

@@ -20,7 +20,7 @@ A "turn" is a reply and the observation that answered it. The first observation 
 Exactness: every model call's input is recorded. A step's ``prompt_ids`` are exactly the ids of its call;
 the context calls made before a step are in ``Step.calls`` (prompt ids, reply ids, log-probs, text and the
 decision) and are not trained on. Training rows are built from ``prompt_ids`` + ``action_ids`` only
-(``train/samples.py``): steps whose prompt extends the previous row are packed, every other step starts a
+(``objectives/samples.py``): steps whose prompt extends the previous row are packed, every other step starts a
 row of its own, so each reply is trained on exactly the input it was sampled from.
 """
 

@@ -43,7 +43,7 @@ class RolloutWorker:
 
         from selfevolve.config import Config
         from selfevolve.envs import make_env
-        from selfevolve.train.build import build_policy, build_prompt
+        from selfevolve.build import build_policy, build_prompt
 
         self.name = name
         cfg = Config.model_validate(cfg_data)

@@ -22,8 +22,8 @@ from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_ta
 from selfevolve.envs.game_tasks import PlaysTasks, task_for
 from selfevolve.envs.holdout import draw, split_bucket
 from selfevolve.errors import ConfigError
+from selfevolve.types import Task
 from selfevolve.untrusted import too_long
-from selfevolve.worlds.base import Task
 
 _STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
 _SPLIT = re.compile(r"[\s,;]+")

@@ -11,7 +11,7 @@ from typing import Any
 
 from selfevolve.envs.game_tasks import split_tasks as game_split_tasks
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import Task
+from selfevolve.types import Task
 from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import SPLITS, Task, load_tasks
+from selfevolve.types import Task
+from selfevolve.worlds.base import SPLITS, load_tasks
 
 
 def split_tasks(env_name: str, split: Any, tasks_file: str,

@@ -18,7 +18,7 @@ from selfevolve.envs.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, g
                                            parse_room, render_room, room_key, solve)
 from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import Task
+from selfevolve.types import Task
 
 STEP_COST = -0.1
 BOX_ON = 1.0

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from selfevolve.envs.game_tasks import split_tasks as game_split_tasks
 from selfevolve.envs.sokoban_rooms import MOVES, Pos, parse_room, render_room
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import Task
+from selfevolve.types import Task
 from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 INTENTS = ("reach_cell", "move_box", "solve_room")

@@ -14,13 +14,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from selfevolve.agent.guidance import Guidance
+from selfevolve.agent.transcript import history_text
 from selfevolve.envs import env_options, make_env
 from selfevolve.experience import navigation as nav
 from selfevolve.experience.embed import Embedder
 from selfevolve.experience.intent import classify, declared_intents
 from selfevolve.experience.pool import FILE, ExperiencePool
 from selfevolve.experience.recall import Query, SeerRecall, Weights
-from selfevolve.experience.records import history_text, tool_sequence, trajectory_item
+from selfevolve.experience.records import tool_sequence, trajectory_item
 from selfevolve.models.llm import LLM
 from selfevolve.rewards.judge import game_rules
 from selfevolve.types import Step, Task, Trajectory
@@ -172,7 +173,7 @@ class Experience:
                 groups[t.group_id].append(t)
             todo = []
             for members in groups.values():
-                query = members[0].flags.get("query", "")
+                query = members[0].query or ""
                 succ = [history_text(query, t.steps) for t in members if t.success]
                 fail = [history_text(query, t.steps) for t in members if not t.success]
                 # a game's task is its rules, then the start (the board alone does not say what the goal is)
@@ -188,7 +189,7 @@ class Experience:
         for t in trajs:
             if not t.success or not t.steps:
                 continue
-            item = trajectory_item(t, t.flags.get("query", ""), t.flags.get("intent"), self.env_name)
+            item = trajectory_item(t, t.query or "", t.intent, self.env_name)
             if item.text in seen or pool.has_text("trajectory", item.text):
                 continue
             seen.add(item.text)
@@ -201,17 +202,16 @@ def guide_metrics(trajs: list[Trajectory], prefix: str = "experience/") -> dict[
     out: dict[str, float] = {}
     if not trajs:
         return out
-    guided = [t for t in trajs if t.flags.get("guided")]
-    plain = [t for t in trajs if not t.flags.get("guided")]
+    guided = [t for t in trajs if t.guided]
+    plain = [t for t in trajs if not t.guided]
     out[f"{prefix}guided_share"] = len(guided) / len(trajs)
     if guided:
         out[f"{prefix}guided_success"] = sum(t.success for t in guided) / len(guided)
     if plain and guided:
         out[f"{prefix}unguided_success"] = sum(t.success for t in plain) / len(plain)
-    judged = [t for t in trajs if t.flags.get("intent_true")]
-    if judged and any("intent" in t.flags for t in judged):
-        out[f"{prefix}intent_accuracy"] = sum(t.flags.get("intent") == t.flags["intent_true"] for t in judged) / \
-            len(judged)
+    judged = [t for t in trajs if t.intent_true]
+    if judged and any(t.classified for t in judged):
+        out[f"{prefix}intent_accuracy"] = sum(t.intent == t.intent_true for t in judged) / len(judged)
     recalled = [len(s.info["recalled"]) for t in trajs for s in t.steps if "recalled" in s.info]
     if recalled:
         out[f"{prefix}recalled_per_turn"] = sum(recalled) / len(recalled)
@@ -231,17 +231,17 @@ class RolloutGuide:
 
     def start(self, trajs: list[Trajectory], firsts: list[str], envs) -> list[Guidance]:
         x = self.exp.x
-        for t, env in zip(trajs, envs):  # (the rollout has recorded each request as flags["query"])
+        for t, env in zip(trajs, envs):  # (the rollout has recorded each request as its query)
             if true_intent(env) is not None:
-                t.flags["intent_true"] = true_intent(env)
+                t.intent_true = true_intent(env)
         if self.recall and self.exp.intents and x.intent != "none":
             if x.intent == "task":
                 for t in trajs:
-                    t.flags["intent"] = t.flags.get("intent_true")
+                    t.intent, t.classified = t.intent_true, True
             else:
                 found, _ = classify(self.exp.llm, firsts, self.exp.intents)
                 for t, intent in zip(trajs, found):
-                    t.flags["intent"] = intent
+                    t.intent, t.classified = intent, True
         out = [Guidance() for _ in trajs]
         if any(self.guided) and self.pool.count("insight"):
             idx = [i for i, g in enumerate(self.guided) if g]
@@ -249,8 +249,7 @@ class RolloutGuide:
             for i, found in zip(idx, nav.retrieve(self.pool, vecs, x.insights_k)):
                 if found:
                     out[i] = Guidance(block=nav.experience_block([(it.key_text, it.text) for it in found]))
-                    trajs[i].flags["guided"] = True
-                    trajs[i].flags["insights"] = [it.id for it in found]
+                    trajs[i].guided, trajs[i].insights = True, [it.id for it in found]
         return out
 
     def before_turn(self, turn: int, contexts, trajs: list[Trajectory]) -> None:
@@ -259,8 +258,8 @@ class RolloutGuide:
             return
         t0 = time.perf_counter()
         query_only = self.exp.x.mode == "query"
-        queries = [Query(text=t.flags["query"] if query_only else history_text(t.flags["query"], t.steps),
-                         tools=tool_sequence(t.steps), intent=t.flags.get("intent")) for t in trajs]
+        queries = [Query(text=t.query if query_only else history_text(t.query, t.steps),
+                         tools=tool_sequence(t.steps), intent=t.intent) for t in trajs]
         for ctx, found in zip(contexts, self.recaller.recall(queries)):
             if not found:
                 ctx.set_examples(None)  # nothing to recall: the static examples

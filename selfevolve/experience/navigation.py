@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from selfevolve.experience.pool import NewItem
+from selfevolve.lexical import jaccard
 from selfevolve.models.llm import parse_json_list
-from selfevolve.questioning.filters import jaccard
 
 EXTRACT_SYSTEM = (
     "You review an agent's attempts at a task and write down experience that helps with similar tasks. Answer "
@@ -167,7 +167,7 @@ def extract(llm, pool, groups: list[tuple[str, list[str], list[str]]], step: int
 @torch.no_grad()
 def stripped_logprobs(policy, rows, micro_batch_tokens: int) -> list[list[float]]:
     """The current policy's log-probs of every row's generated tokens (rows hold the stripped prompts)."""
-    from selfevolve.train.samples import collate, micro_batches, shared_prefix_len
+    from selfevolve.objectives.samples import collate, micro_batches, shared_prefix_len
 
     policy.model.eval()
     out: dict[int, list[float]] = {}

@@ -63,7 +63,7 @@ def top_k(scores: np.ndarray, k: int) -> list[int]:
 class Query:
     """What one episode's recall is scored from at this turn."""
 
-    text: str  # H_t as text (records.history_text)
+    text: str  # H_t as text (agent/transcript.history_text)
     tools: list[str]  # U_Ht
     intent: str | None  # I_Ht (classified once per episode)
 

@@ -1,26 +1,15 @@
 """Trajectories as pool rows: the text that is embedded, the tool sequence, the few-shot turns.
 
 One text format serves both sides of SEER's similarity, so that a history H_t and a stored trajectory τ' are
-embedded alike: the request, then each action and the world's answer.
+embedded alike: the request, then each action and the world's answer (``agent/transcript.py``).
 """
 
 from __future__ import annotations
 
 from selfevolve.agent.parsing import parse_action
+from selfevolve.agent.transcript import history_text
 from selfevolve.experience.pool import NewItem
 from selfevolve.types import Step, Trajectory
-
-MAX_RESULT_CHARS = 600  # a result longer than this is cut in the embedded text (MiniLM reads 256 word pieces)
-
-
-def history_text(query: str, steps: list[Step]) -> str:
-    """``Request: ...`` then ``Action: ... / Result: ...`` per step (the text E_H and E_τ embed)."""
-    lines = [f"Request: {query}"]
-    for s in steps:
-        lines.append(f"Action: {parse_action(s.action_text)}")
-        obs = s.observation if len(s.observation) <= MAX_RESULT_CHARS else s.observation[:MAX_RESULT_CHARS] + "…"
-        lines.append(f"Result: {obs}")
-    return "\n".join(lines)
 
 
 def tool_sequence(steps: list[Step]) -> list[str]:

@@ -15,26 +15,13 @@ re-encoding what the model has already seen is where the speed comes from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.kv_cache import GrowingCache
-
-
-@dataclass
-class Generation:
-    """Per prompt: generated ids (up to and including the stop token) and aligned per-token statistics."""
-
-    ids: list[list[int]] = field(default_factory=list)
-    logprobs: list[list[float]] = field(default_factory=list)
-    entropy: list[list[float]] = field(default_factory=list)
-    top1: list[list[float]] = field(default_factory=list)
-    top2: list[list[float]] = field(default_factory=list)
-    prompt_tokens: int = 0  # tokens encoded (prefill), for throughput figures
-    new_tokens: int = 0
-    state: "KVState | None" = None  # the caches after this call, for the next turn
+from selfevolve.models.sampler import Generation
 
 
 def _token_stats(logits: torch.Tensor, temperature: float):

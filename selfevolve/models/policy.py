@@ -1,6 +1,7 @@
 """The policy: a causal LM with a LoRA adapter, and the two things RL asks of it.
 
-- :meth:`Policy.generate` — batched sampling with per-token log-probs and uncertainty statistics (rollouts);
+- :meth:`Policy.generate` — batched sampling with per-token log-probs and uncertainty statistics (rollouts): the
+  Hugging Face implementation of the :class:`~selfevolve.models.sampler.Sampler` that rollouts and search use;
 - :meth:`Policy.action_logprobs` — log-probs of given action tokens under the current weights (the update),
   computed only at the positions that carry loss: the full-vocabulary logits of every prompt position would
   dominate memory (49k × sequence length × batch), and we never need them.
@@ -21,8 +22,9 @@ from peft import PeftModel, get_peft_model
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.models.compat import cache_kwargs
-from selfevolve.models.generation import Generation, KVState, extend_cache, generate, read_values
+from selfevolve.models.generation import KVState, extend_cache, generate, read_values
 from selfevolve.models.prefix_sharing import encode_rows
+from selfevolve.models.sampler import Generation
 from selfevolve.models.value_head import ValueHead
 
 VALUE_PREFIX = "value_head."
@@ -90,6 +92,15 @@ class Policy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def has_values(self) -> bool:
+        return self.value_head is not None
+
+    def stream(self, seed: int) -> torch.Generator:
+        """A random stream for :meth:`generate`: a generator on the model's device (the same draws for one dtype
+        whatever the device; see ``generation._uniform``)."""
+        return torch.Generator(device=self.device).manual_seed(seed)
+
     def generate(
         self,
         prompts: list[list[int]],
@@ -137,14 +148,14 @@ class Policy:
         if self.value_head is None:
             raise ConfigError("reading state values needs a value head (algo.name=self_ac or ppo)")
         with self._eval_mode():
-            body, _ = self._body_and_head()
+            body, _ = self.body_and_head()
             return read_values(body, self.value_head, prompts, suffix, state)
 
     def prefill(self, prompts: list[list[int]], state: KVState | None = None, share_prefix: bool = True):
         """``(state, tokens encoded)``: each prompt but its last token encoded into a cache (over ``state`` when
         the prompts extend it), ready for :meth:`generate` — and for copying to several candidates first."""
         with self._eval_mode():
-            body, _ = self._body_and_head()
+            body, _ = self.body_and_head()
             prefix = self._shared_prefix(prompts) if share_prefix and state is None else None
             _, new_state, encoded = extend_cache(body, prompts, [], state, prefix_ids=prefix)
             return new_state, encoded
@@ -158,6 +169,9 @@ class Policy:
         finally:
             self.model.train(was_training)
 
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -168,7 +182,10 @@ class Policy:
         self.value_head = ValueHead(hidden, kind).to(self.device)
         return self.value_head
 
-    def _body_and_head(self):
+    def body_and_head(self):
+        """The transformer body (hidden states) and the output head (logits) of the base model, under the adapter:
+        the update reads log-probs and values from them directly, never the full-vocabulary logits of every
+        position."""
         base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
         return base.get_decoder(), base.get_output_embeddings()
 
@@ -232,7 +249,7 @@ class Policy:
         ``cuts``: per row, the positions where its turns' segments begin (``samples.turn_cuts``): rows are then
         encoded as a tree, each distinct beginning once (``models/prefix_sharing.py``).
         """
-        body, head = self._body_and_head()
+        body, head = self.body_and_head()
         hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, cuts)
         # A loss token is predicted from the hidden state before it, a value read at its own position: both must
         # come after the shared prefix (``columns[:, 0]`` is its length).
@@ -250,56 +267,44 @@ class Policy:
         if loss_mask is None:
             return None, None, values
         sel = loss_mask[:, 1:].bool()
-        logp, entropy = self._token_logprobs(head, hidden[:, :-1][sel], input_ids[:, 1:][sel], with_entropy)
+        logp, entropy = self.token_logprobs(head, hidden[:, :-1][sel], input_ids[:, 1:][sel], with_entropy)
         return logp, entropy, values
 
-    def forward_shadow(self, batch: dict, with_entropy: bool = False, with_values: bool = True):
-        """One forward of a batch of Self-AC shadow-prompt episodes (``selfevolve/train/shadow.py``):
-        ``(logprobs [M], entropy [M] or None, values [B, K])``.
+    def encode_with_side_tokens(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
+                                prefix_len: int = 0, side: tuple | None = None):
+        """``(hidden [B, L, H], side_hidden [B, C, H] or None)``: the body's hidden states of ``ids`` and, in the
+        same pass, of side tokens that attend to them without being seen by them (Self-AC's critic prompts,
+        ``objectives/self_ac/shadow.py``).
 
-        Every token is encoded once, in two stages of the same pass: the episode's real tokens (causal attention;
-        a 4-D mask only when an episode packs several segments), then all critic prompts at once, attending to
-        the real tokens' cached keys through the 4-D ``cp_mask`` (their state's prefix and themselves). So the
-        actor log-probs (one per action token, read from the hidden state of the token before it) are those of
-        the episode without critic prompts, and ``values[b, k]`` — the value head at the last token of critic
-        prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head or with
-        ``with_values=False``, which skips stage 2). Gradients reach the real tokens' computation through the
-        cached keys and values.
+        Stage 1 encodes ``ids`` at ``positions`` (causal, or the 4-D additive ``mask`` [B, 1, L, L]); its keys and
+        values stay in one cache. Stage 2, ``side = (side_ids [B, C], side_positions, side_mask [B, 1, C, L + C])``,
+        attends to that cache and to itself through ``side_mask``. Each token is encoded once; gradients reach
+        stage 1 through the cached keys and values. ``prefix_len``: the first tokens every row shares (system
+        prompt, few-shot turns), encoded once and their keys and values repeated for every row; gradients flow
+        back through the sharing.
         """
-        body, head = self._body_and_head()
-        ids = batch["real_ids"]
+        body, _ = self.body_and_head()
         cache = DynamicCache()
         with_cache = cache_kwargs(body, cache)
-        P = batch.get("prefix_len", 0)
-        mask = batch.get("real_mask")
+        P = prefix_len
         if P > 0:
-            # the prefix every episode shares (system prompt, few-shot turns): encoded once, its keys and values
-            # repeated for every row; gradients flow back through the sharing
-            first = body(input_ids=ids[:1, :P], position_ids=batch["real_pos"][:1, :P], **with_cache,
+            first = body(input_ids=ids[:1, :P], position_ids=positions[:1, :P], **with_cache,
                          use_cache=True).last_hidden_state
             cache.batch_repeat_interleave(ids.shape[0])
             rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
-                        position_ids=batch["real_pos"][:, P:], **with_cache,
-                        use_cache=True).last_hidden_state
+                        position_ids=positions[:, P:], **with_cache, use_cache=True).last_hidden_state
             hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
         else:
-            hidden = body(input_ids=ids, attention_mask=mask, position_ids=batch["real_pos"],
-                          **with_cache, use_cache=True).last_hidden_state
-        B, L, H = hidden.shape
-        vmask = batch["value_mask"]
-        if with_values and self.value_head is not None and batch["cp_ids"].shape[1] > 0:
-            cp_hidden = body(input_ids=batch["cp_ids"], attention_mask=batch["cp_mask"], position_ids=batch["cp_pos"],
-                             **with_cache, use_cache=True).last_hidden_state
-            flat_cp = cp_hidden.reshape(-1, H)
-            values = self.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
-        else:
-            values = torch.zeros(vmask.shape, device=ids.device)
-        flat = hidden.reshape(B * L, H)
-        logp, entropy = self._token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]],
-                                             with_entropy)
-        return logp, entropy, values
+            hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache,
+                          use_cache=True).last_hidden_state
+        if side is None:
+            return hidden, None
+        side_ids, side_pos, side_mask = side
+        side_hidden = body(input_ids=side_ids, attention_mask=side_mask, position_ids=side_pos, **with_cache,
+                           use_cache=True).last_hidden_state
+        return hidden, side_hidden
 
-    def _token_logprobs(self, head, h: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    def token_logprobs(self, head, h: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False):
         """log π(target | h) at temperature ``self.temperature`` (the sampling distribution), and optionally the
         entropy of that distribution; full-vocabulary logits only at these positions."""
         logits = head(h).float()

@@ -1,6 +1,6 @@
 """Encoding training rows that begin alike, as a tree: every distinct beginning once, in one forward.
 
-The update runs each episode as one row (``train/samples.py``): the system prompt and few-shot turns (the
+The update runs each episode as one row (``objectives/samples.py``): the system prompt and few-shot turns (the
 *shared prefix*, the same in every row), then turn after turn. The rollouts of one task share their first
 prompt, and two rollouts that chose the same first moves share those turns too. Encoded row by row, all of it
 would be encoded once per row.

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import torch
-
 from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.errors import SelfEvolveError
 from selfevolve.worlds.tools import CLOSE_TAG, OPEN_TAG, CallError
 
 BRIEF = ("There is no request and no task yet. Explore this system: call one tool per reply to find out what "
@@ -173,6 +173,59 @@ def explore(policy, builder, world_factory, *, explorations: int, steps: int, br
 
     envs = [exploration(world_factory(), breadth_steps, steps, entities) for _ in range(explorations)]
     tasks = [Task(id=f"explore-{first_seed + i}", env=envs[0].name, seed=first_seed + i) for i in range(explorations)]
-    gen = torch.Generator(device=policy.device).manual_seed(seed)
+    gen = policy.stream(seed)
     rollout(policy, envs, tasks, builder, max_turns=steps, generator=gen, reuse_cache=builder.history is None)
     return [ExplorationRecord(seed=t.seed, turns=env.log) for t, env in zip(tasks, envs)]
+
+
+# ---- the records of a run's explorations (``explorations.jsonl``) ---------------------------------------------
+def fresh_out(folder: str) -> Path:
+    """The output folder, created, with the files of an earlier run removed: its files describe one run."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("explorations.jsonl", "llm_calls.jsonl", "tasks.jsonl", "report.json"):
+        (out / name).unlink(missing_ok=True)
+    return out
+
+
+def load_explorations(path: str, env_name: str) -> list[ExplorationRecord]:
+    """``questioning.explorations_from``: the explorations of an earlier run (its ``questioning.out`` folder or
+    its ``explorations.jsonl``), to write tasks from them again — another writer, another prompt — without
+    exploring anew. The earlier run's ``report.json``, when beside it, must name the same world."""
+    given = Path(path)
+    file = given / "explorations.jsonl" if given.is_dir() else given
+    if not file.is_file():
+        raise SelfEvolveError(f"questioning.explorations_from: no explorations file at {file}")
+    report = file.parent / "report.json"
+    if report.is_file():
+        env = json.loads(report.read_text()).get("env")
+        if env not in (None, env_name):
+            raise SelfEvolveError(f"questioning.explorations_from: {file} explored {env!r}, not {env_name!r}")
+    records = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            records.append(ExplorationRecord(seed=int(row["seed"]), turns=list(row["turns"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise SelfEvolveError(f"{file}, line {n}: not an exploration record ({e})") from None
+    return records
+
+
+def explorations(cfg, out: Path, say, run) -> list[ExplorationRecord]:
+    """The explorations to write from: loaded (``questioning.explorations_from``, read before ``out`` is
+    emptied, as it may be the same folder) or made by ``run()``; saved to ``out`` either way."""
+    q = cfg.questioning
+    if q.explorations_from:
+        records = load_explorations(q.explorations_from, cfg.env.name)
+        say(f"writing from {len(records)} saved explorations ({q.explorations_from})")
+    else:
+        records = run()
+    save_explorations(fresh_out(str(out)), records)
+    return records
+
+
+def save_explorations(out: Path, records) -> None:
+    """``explorations.jsonl``: every exploration, every turn."""
+    with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")

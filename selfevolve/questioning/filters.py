@@ -14,34 +14,30 @@ then replayed once more as a task of the world, which must count it solved (``un
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from selfevolve.lexical import jaccard
 from selfevolve.worlds.base import answers_match
 from selfevolve.worlds.tools import format_tool_call
 
 FILTERS = ("unparseable", "duplicate", "empty_reference", "held_out", "execution", "unverifiable")  # every world
 # tool worlds also check a look-up's answer against what its reference's calls returned (:func:`grounded`)
 TOOL_FILTERS = (*FILTERS[:-1], "ungrounded", FILTERS[-1])
-_WORD = re.compile(r"[a-z0-9]+(?:['._@-][a-z0-9]+)*")
-
-
-def words(text: str) -> set[str]:
-    """Lowercased word tokens (ids and emails kept whole)."""
-    return set(_WORD.findall(text.casefold()))
-
-
-def jaccard(a: str, b: str) -> float:
-    """|A ∩ B| / |A ∪ B| over the word sets of two texts (1.0 for two empty texts)."""
-    x, y = words(a), words(b)
-    return len(x & y) / len(x | y) if x | y else 1.0
 
 
 def is_duplicate(query: str, others: list[str], threshold: float = 0.8) -> bool:
     """A query whose Jaccard similarity with any of ``others`` is ≥ ``threshold``."""
     return any(jaccard(query, o) >= threshold for o in others)
+
+
+def diversity(queries: list[str]) -> float:
+    """Mean pairwise Jaccard distance (1 − similarity) of the kept queries; 0 with fewer than two."""
+    pairs = list(itertools.combinations(queries, 2))
+    return sum(1 - jaccard(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
 
 
 def mentions(marks: set[str], text: str) -> bool:

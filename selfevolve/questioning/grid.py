@@ -31,8 +31,9 @@ from typing import Any, Hashable, Iterable
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import parse_moves
+from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import ExplorationRecord
-from selfevolve.questioning.filters import FILTERS, Execution, jaccard
+from selfevolve.questioning.filters import FILTERS, Execution
 
 BREADTH_HINT = "Next, try a move you have not tried from this cell yet: {moves}."
 BREADTH_HINT_ANYWHERE = "Next, try a move you have not used yet: {moves}."
@@ -260,12 +261,13 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     """``selfevolve explore`` for a game: as :func:`selfevolve.questioning.pipeline.run_questioning`, with the
     game's pieces (``exploration.game``). Same files in ``questioning.out``; the report has the same keys plus
     the game's own."""
+    from selfevolve.build import build_policy, build_prompt
     from selfevolve.envs import make_env
     from selfevolve.models.llm import LLM
-    from selfevolve.questioning.explore import explore
-    from selfevolve.questioning.pipeline import diversity, explorations
+    from selfevolve.questioning.explore import explorations, explore
+    from selfevolve.questioning.filters import diversity
     from selfevolve.questioning.synthesize import parse_tasks
-    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+    from selfevolve.train.checkpoint import load_init_adapter
     from selfevolve.worlds.base import save_tasks
 
     q, profile, game = cfg.questioning, env_cls.profile, exploration.game

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -20,17 +19,18 @@ from selfevolve.envs import make_env
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
-from selfevolve.questioning.explore import Exploration, ExplorationRecord, explore
-from selfevolve.questioning.filters import TOOL_FILTERS, execute, grounded, is_duplicate, jaccard, mentions, verifies
+from selfevolve.questioning.explore import Exploration, explorations, explore
+from selfevolve.questioning.filters import (TOOL_FILTERS, diversity, execute, grounded, is_duplicate, mentions,
+                                           verifies)
 from selfevolve.questioning.synthesize import (EXAMPLE_QUERY, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
-from selfevolve.worlds.base import Task as WorldTask
+from selfevolve.types import Task
 from selfevolve.worlds.base import save_tasks
 
 
 def world_of(cfg):
     """The configured environment class, which must be a tool world or a game with a profile."""
-    from selfevolve.train.trainer import resolve_env
+    from selfevolve.build import resolve_env
 
     env_cls = resolve_env(cfg, None)
     if getattr(env_cls, "profile", None) is None:
@@ -49,66 +49,9 @@ def game_of(env_cls):
     return next((x for cls, x in games if isinstance(env_cls, type) and issubclass(env_cls, cls)), None)
 
 
-def fresh_out(folder: str) -> Path:
-    """The output folder, created, with the files of an earlier run removed: its files describe one run."""
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("explorations.jsonl", "llm_calls.jsonl", "tasks.jsonl", "report.json"):
-        (out / name).unlink(missing_ok=True)
-    return out
-
-
-def load_explorations(path: str, env_name: str) -> list[ExplorationRecord]:
-    """``questioning.explorations_from``: the explorations of an earlier run (its ``questioning.out`` folder or
-    its ``explorations.jsonl``), to write tasks from them again — another writer, another prompt — without
-    exploring anew. The earlier run's ``report.json``, when beside it, must name the same world."""
-    given = Path(path)
-    file = given / "explorations.jsonl" if given.is_dir() else given
-    if not file.is_file():
-        raise SelfEvolveError(f"questioning.explorations_from: no explorations file at {file}")
-    report = file.parent / "report.json"
-    if report.is_file():
-        env = json.loads(report.read_text()).get("env")
-        if env not in (None, env_name):
-            raise SelfEvolveError(f"questioning.explorations_from: {file} explored {env!r}, not {env_name!r}")
-    records = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            row = json.loads(line)
-            records.append(ExplorationRecord(seed=int(row["seed"]), turns=list(row["turns"])))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise SelfEvolveError(f"{file}, line {n}: not an exploration record ({e})") from None
-    return records
-
-
-def explorations(cfg, out: Path, say, run) -> list[ExplorationRecord]:
-    """The explorations to write from: loaded (``questioning.explorations_from``, read before ``out`` is
-    emptied, as it may be the same folder) or made by ``run()``; saved to ``out`` either way."""
-    q = cfg.questioning
-    if q.explorations_from:
-        records = load_explorations(q.explorations_from, cfg.env.name)
-        say(f"writing from {len(records)} saved explorations ({q.explorations_from})")
-    else:
-        records = run()
-    save_explorations(fresh_out(str(out)), records)
-    return records
-
-
-def save_explorations(out: Path, records) -> None:
-    """``explorations.jsonl``: every exploration, every turn."""
-    with (out / "explorations.jsonl").open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({"seed": r.seed, "turns": r.turns}, ensure_ascii=False) + "\n")
-
-
-def diversity(queries: list[str]) -> float:
-    """Mean pairwise Jaccard distance (1 − similarity) of the kept queries; 0 with fewer than two."""
-    pairs = list(itertools.combinations(queries, 2))
-    return sum(1 - jaccard(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-
-
 def run_questioning(cfg, console=None) -> dict:
-    from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
+    from selfevolve.build import build_policy, build_prompt
+    from selfevolve.train.checkpoint import load_init_adapter
 
     q = cfg.questioning
     env_cls = world_of(cfg)
@@ -162,7 +105,7 @@ def run_questioning(cfg, console=None) -> dict:
     # ---- filtering -----------------------------------------------------------------------------------------
     held_out = [t.instruction for t in make_env(env_cls, **{**options, "split": "test"}).tasks]
     marks = world.held_out_marks()
-    kept: list[WorldTask] = []
+    kept: list[Task] = []
     for seed, t in candidates:
         calls = t["action_sequence"]
         if is_duplicate(t["query"], [k.instruction for k in kept] + held_out + [EXAMPLE_QUERY], q.duplicate):
@@ -177,7 +120,7 @@ def run_questioning(cfg, console=None) -> dict:
                 and not grounded(calls[-1]["arguments"].get("answer", ""), run.results):
             counts["ungrounded"] += 1  # a look-up whose answer none of its calls returned
         else:
-            task = WorldTask(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
+            task = Task(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
                              level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
                              instruction=t["query"], goal=run.goal, solution=calls)
             if verifies(make_env(env_cls, **options), task):

@@ -178,7 +178,7 @@ class JudgeItem:
 def judge_item(traj, rules: str = "") -> JudgeItem:
     """A trajectory as the judge reads it. ``rules``: the environment's instructions for games (the task, with the
     first observation as the start); empty for tool worlds, whose request (the first observation) is the task."""
-    query = traj.flags.get("query") or traj.task.instruction or ""
+    query = traj.query or traj.task.instruction or ""
     steps = []
     for s in traj.steps:
         action = parse_action(s.action_text) or s.action_text  # an unparsable reply is shown as it was
@@ -231,7 +231,7 @@ def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_
 class Attributor:
     """``reward.attribution=llm|oracle``: labels every step of a batch (``Step.info["attribution"]``) during the
     first ``attribution.steps`` updates and returns the stage's metrics. The credit path then reads the labels
-    (``train/credit.py``)."""
+    (``objectives/credit.py``)."""
 
     def __init__(self, mode: str, spec, env: TextEnv, llm=None):
         if mode not in ("llm", "oracle"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from selfevolve.experience.records import history_text
+from selfevolve.agent.transcript import history_text
 from selfevolve.untrusted import too_long
 
 JUDGE_SYSTEM = (
@@ -185,15 +185,15 @@ def game_rules(env) -> str:
 
 def judge_trajectories(llm, trajs, retries: int = 1, max_new_tokens: int | None = None, rules: str = ""
                        ) -> tuple[list[float], dict[str, float]]:
-    """:func:`judge` over episodes: the request (``flags["query"]``, the first observation the rollout recorded,
+    """:func:`judge` over episodes: the request (``Trajectory.query``, the first observation the rollout recorded,
     else the task's instruction; after the game's ``rules`` when given, see :func:`game_rules`), the reference
-    (``flags["reference"]``, else the task's) and the episode as :func:`history_text` renders it."""
+    (``Trajectory.reference``, else the task's) and the episode as :func:`history_text` renders it."""
     items = []
     for t in trajs:
-        query = t.flags.get("query") or t.task.instruction
+        query = t.query or t.task.instruction
         if rules:
             query = f"{rules}\nStart:\n{query}"
-        reference = t.flags.get("reference") or t.task.reference  # the rollout records a tool world's solution
+        reference = t.reference or t.task.reference  # the rollout records a tool world's solution
         items.append((query, reference, history_text(query, t.steps)))
     return judge(llm, items, retries=retries, max_new_tokens=max_new_tokens)
 
@@ -225,14 +225,14 @@ def agreement(judged: list[bool], verified: list[bool]) -> dict[str, float]:
 
 def judge_outcomes(llm, trajs, source: str, retries: int = 1, max_new_tokens: int | None = None, rules: str = ""
                    ) -> dict[str, float]:
-    """The trainer's judge stage (``reward.source``). Every trajectory gets ``flags["judge_score"]``. With
+    """The trainer's judge stage (``reward.source``). Every trajectory gets its ``judge_score``. With
     ``judge`` the score *is* the outcome: every step reward is set to 0 and the last step's to the score (the
     environment's own rewards, verifier and shaping alike, are dropped). With ``both`` the environment's rewards
     are kept and only the agreement of judge and verifier is measured (``judge/accuracy``, ``judge/kappa``)."""
     scores, stats = judge_trajectories(llm, trajs, retries=retries, max_new_tokens=max_new_tokens,
                                        rules=rules)
     for t, s in zip(trajs, scores):
-        t.flags["judge_score"] = s
+        t.judge_score = s
         if source == "judge" and t.steps:
             for step in t.steps:
                 step.reward = 0.0

@@ -1,6 +1,7 @@
 """A training step's sampled rollouts, wherever they run: ``collector.collect(policy, tasks, step)``.
 
-The trainer calls one method whichever backend is configured (``distributed.backend``):
+The trainer calls one method whichever backend is configured (``distributed.backend``, picked by
+``selfevolve.distributed.make_rollouts``):
 
 - :class:`LocalRollouts` plays the whole step in this process, in one batched rollout;
 - ``RayRollouts`` (``selfevolve/distributed/ray_rollout.py``) splits the step's groups over Ray workers.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from selfevolve.envs import make_env
 from selfevolve.rollout.runner import RolloutStats, rollout
-from selfevolve.rollout.seeding import episode_generators
+from selfevolve.rollout.seeding import episode_streams
 from selfevolve.types import Task, Trajectory
 
 
@@ -36,13 +37,13 @@ def step_episodes(tasks: list[Task], group_size: int, step: int) -> list[Episode
 
 def play_episodes(policy, builder, env_cls, env_options: dict, episodes: list[Episode], *, run_seed: int,
                   step: int, version: int, guide=None, stats: RolloutStats | None = None) -> list[Trajectory]:
-    """Play ``episodes`` in one batched rollout, each with its own sampling generator; every trajectory is
+    """Play ``episodes`` in one batched rollout, each with its own random stream; every trajectory is
     stamped with the policy ``version`` that sampled it."""
     if not episodes:
         return []
     envs = [make_env(env_cls, **env_options) for _ in episodes]
     tasks = [e.task for e in episodes]
-    gens = episode_generators(run_seed, step, [e.index for e in episodes], [t.id for t in tasks], policy.device)
+    gens = episode_streams(policy, run_seed, step, [e.index for e in episodes], [t.id for t in tasks])
     trajs = rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns,
                     group_ids=[e.group_id for e in episodes], generator=gens, stats=stats, guide=guide)
     for t in trajs:
@@ -72,12 +73,3 @@ class LocalRollouts:
 
     def close(self) -> None:
         pass
-
-
-def make_rollouts(cfg, env_cls, env_options: dict, builder, experience=None, console=None):
-    """The collector of ``cfg.distributed.backend``. Ray is imported only when it is asked for."""
-    if cfg.distributed.backend == "ray":
-        from selfevolve.distributed.ray_rollout import RayRollouts
-
-        return RayRollouts(cfg, env_cls, env_options, console=console)
-    return LocalRollouts(cfg, env_cls, env_options, builder, experience)

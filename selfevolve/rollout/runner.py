@@ -1,7 +1,7 @@
 """Batched multi-turn rollouts: many environments stepped in lockstep, one generation call per turn.
 
-Each turn, every environment still running contributes one prompt; the policy answers them all in one batched
-call; each environment steps on its own answer. Environments that finish leave the batch, so no generation is
+Each turn, every environment still running contributes one prompt; the sampler (``models/sampler.py``) answers
+them all in one batched call; each environment steps on its own answer. Environments that finish leave the batch, so no generation is
 spent on them. Every step keeps the exact prompt ids the model saw and the ids it produced, with their old
 log-probs and uncertainty statistics (token-in, token-out).
 """
@@ -12,13 +12,12 @@ import time
 import warnings
 from dataclasses import dataclass
 
-import torch
-
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.parsing import parse_action
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import content_digest
+from selfevolve.models.sampler import Sampler, Stream
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -34,15 +33,15 @@ class RolloutStats:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def task_flags(env, first: str) -> dict[str, str]:
-    """What a judge (or a reader) needs to know of an episode's task: the request as the model first saw it, and
-    the world's reference solution where it has one."""
+def request_of(env, first: str) -> tuple[str, str]:
+    """What a judge (or a reader) needs to know of an episode's task, ``(query, reference)``: the request as the
+    model first saw it, and the world's reference solution where it has one ("" where not)."""
     reference = env.reference_text() if callable(getattr(env, "reference_text", None)) else ""
-    return {"query": first, **({"reference": reference} if reference else {})}
+    return first, reference or ""
 
 
 def rollout(
-    policy,
+    policy: Sampler,
     envs: list[TextEnv],
     tasks: list[Task],
     builder: PromptBuilder,
@@ -50,26 +49,26 @@ def rollout(
     max_turns: int,
     group_ids: list[str] | None = None,
     greedy: bool = False,
-    generator: torch.Generator | list[torch.Generator] | None = None,
+    generator: Stream | list[Stream] | None = None,
     stats: RolloutStats | None = None,
     reuse_cache: bool = True,
     guide=None,
 ) -> list[Trajectory]:
     """Play ``tasks[i]`` in ``envs[i]`` for at most ``max_turns`` turns; return one trajectory per task.
 
-    ``reuse_cache``: keep each episode's key/value cache from turn to turn (exact; only new tokens are encoded
-    when the prompt extends the previous one, as the full-history chat does).
+    ``reuse_cache``: hand the sampler's state of each episode (its key/value cache) from turn to turn (exact; only
+    new tokens are encoded when the prompt extends the previous one, as the full-history chat does).
     ``guide``: the experience pool's hook (``selfevolve/experience/guide.py``): ``start`` gives each episode its
-    guidance (insight block, flags), ``before_turn`` recalls examples for the active episodes (SEER).
-    ``generator``: one for all episodes, or a list with one per episode (``rollout/seeding.py``: an episode's
-    samples then do not depend on the batch it is played in).
+    guidance (insight block, guided or not), ``before_turn`` recalls examples for the active episodes (SEER).
+    ``generator``: one random stream of the sampler for all episodes, or a list with one per episode
+    (``rollout/seeding.py``: an episode's samples then do not depend on the batch it is played in).
     """
     assert len(envs) == len(tasks)
     t0 = time.perf_counter()
     trajs = [Trajectory(task=t, group_id=(group_ids[i] if group_ids else t.id)) for i, t in enumerate(tasks)]
     firsts = [env.reset(task.seed) for env, task in zip(envs, tasks)]
     for t, env, first in zip(trajs, envs, firsts):
-        t.flags.update(task_flags(env, first))
+        t.query, t.reference = request_of(env, first)
         t.task.content = content_digest(env)  # what the run has seen (held-out checks, envs/holdout.py)
     guidance = guide.start(trajs, firsts, envs) if guide is not None else [None] * len(tasks)
     contexts = [EpisodeContext(builder, task.instruction, first, g)
@@ -84,7 +83,7 @@ def rollout(
         due = [i for i in active if contexts[i].pending]
         _context_calls(policy, [contexts[i] for i in due], greedy, _rows(generator, due), stats)
         prefixes = [reply_prefix(envs[i]) for i in active]
-        prefix_ids = [policy.tokenizer.encode(p, add_special_tokens=False) if p else [] for p in prefixes]
+        prefix_ids = [policy.encode(p) if p else [] for p in prefixes]
         prompts = [contexts[i].prompt + prefix_ids[k] for k, i in enumerate(active)]
         gen = policy.generate(prompts, greedy=greedy, generator=_rows(generator, active), state=kv)
         if stats is not None:

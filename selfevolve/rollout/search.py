@@ -16,7 +16,7 @@ only the episode's end is rewarded; ``weighted`` = a weighted sum of the three.
 
 Everything is batched: each turn, the candidates of every search go through one generation call. Environments
 branch by ``snapshot``/``restore`` (one scratch environment per search). Shared prefixes are never re-encoded:
-a child starts from a copy of its parent's key/value cache (``KVState.gather``), so each turn encodes only the
+a child starts from a copy of its parent's key/value cache (``SamplerState.gather``), so each turn encodes only the
 new observation tokens, for every candidate and every lookahead continuation.
 
 What becomes training data: the best final beam of each search (``search.keep=best``) or all surviving beams
@@ -31,14 +31,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
-
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import content_digest
-from selfevolve.models.generation import KVState
-from selfevolve.rollout.runner import RolloutStats, _context_calls, play, rollout, task_flags
+from selfevolve.models.sampler import Sampler, SamplerState, Stream
+from selfevolve.rollout.runner import RolloutStats, _context_calls, play, request_of, rollout
 from selfevolve.types import Step, Task, Trajectory
 
 SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
@@ -176,7 +174,7 @@ class _Searcher:
         if prefixed:  # refused rather than ignored: the replies would not start as the environment asks
             raise ValueError(f"beam and lookahead search do not apply reply prefixes (TextEnv.reply_prefix); "
                              f"{', '.join(prefixed)} sets one: use rollout.search=sample or best_of_n")
-        if spec.needs_value and policy.value_head is None:
+        if spec.needs_value and not policy.has_values:
             raise ValueError("search.scorer uses the value head, but the policy has none (algo.name=self_ac or ppo)")
 
     # ---- nodes ------------------------------------------------------------------------------------------------
@@ -201,17 +199,17 @@ class _Searcher:
 
     def roots(self) -> list[Node]:
         out = []
-        self.task_flags = []  # per search: the request and reference, for the kept trajectories' flags
+        self.requests = []  # per search: (query, reference), for the kept trajectories
         for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
             first = env.reset(task.seed)
-            self.task_flags.append(task_flags(env, first))
+            self.requests.append(request_of(env, first))
             task.content = content_digest(env)  # what the run has seen (held-out checks, envs/holdout.py)
             ctx = EpisodeContext(self.builder, task.instruction, first)
             out.append(self.new_node(None, s, env, ctx, [], turn=0))
         return out
 
     # ---- one turn ---------------------------------------------------------------------------------------------
-    def expand(self, parents: list[Node], m: int, state: KVState | None, turn: int, record: bool = True):
+    def expand(self, parents: list[Node], m: int, state: SamplerState | None, turn: int, record: bool = True):
         """Sample ``m`` actions for every parent in one generation call and step each in its own branch.
 
         Returns ``(children, state)``: ``child.row`` is the child's row in the returned cache state. ``state``
@@ -263,7 +261,7 @@ class _Searcher:
         self.stats.new_tokens += gen.new_tokens
         self.stats.generate_calls += 1
 
-    def read_values(self, nodes: list[Node], state: KVState | None) -> KVState | None:
+    def read_values(self, nodes: list[Node], state: SamplerState | None) -> SamplerState | None:
         """Set ``value`` of every live node (one batched forward); returns a cache state of the live nodes
         (in order, rows renumbered) that their next generation continues from."""
         live = [n for n in nodes if not n.done]
@@ -277,7 +275,7 @@ class _Searcher:
             n.value, n.row = float(v), r
         return new_state
 
-    def evaluate(self, children: list[Node], state: KVState | None, turn: int) -> KVState | None:
+    def evaluate(self, children: list[Node], state: SamplerState | None, turn: int) -> SamplerState | None:
         """Score every child (lookahead: after ``depth`` more turns). Returns the cache state for the live ones."""
         if self.spec.name == "lookahead":
             self.look_ahead(children, state, turn)
@@ -295,7 +293,7 @@ class _Searcher:
                     rec["lookahead"] = c.lookahead
         return state
 
-    def look_ahead(self, children: list[Node], state: KVState | None, turn: int) -> None:
+    def look_ahead(self, children: list[Node], state: SamplerState | None, turn: int) -> None:
         """Roll ``depth`` more policy turns from each live child (one continuation each, discarded afterwards)
         and give the child the score of the state reached."""
         frontier = [c for c in children if not c.done]
@@ -366,7 +364,7 @@ class _Searcher:
 
 
 def search_rollouts(
-    policy,
+    policy: Sampler,
     make_env: Callable[[], TextEnv],
     tasks: list[Task],
     builder: PromptBuilder,
@@ -374,7 +372,7 @@ def search_rollouts(
     *,
     max_turns: int,
     group_ids: list[str] | None = None,
-    generator: torch.Generator | None = None,
+    generator: Stream | None = None,
     rng: random.Random | None = None,
     critic_suffix: list[int] | None = None,
     greedy: bool = False,
@@ -407,10 +405,10 @@ def search_rollouts(
     for s, nodes in enumerate(final):
         chosen = nodes[: spec.kept_per_search()]
         for n in chosen:
-            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success,
-                                   flags={**searcher.task_flags[s],
-                                          "search": {"strategy": spec.name, "tree": s, "node": n.id,
-                                                     "score": round(n.score, 5)}}))
+            query, reference = searcher.requests[s]
+            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success, query=query,
+                                   reference=reference, search={"strategy": spec.name, "tree": s, "node": n.id,
+                                                                "score": round(n.score, 5)}))
             for i in _path_ids(searcher.tree[s], n.id):
                 searcher.records[i]["kept"] = True
     searcher.stats.seconds = time.perf_counter() - t0
@@ -450,8 +448,8 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
         best = top(nodes, 1, rng)[0]
         t = group[best.id]
         t.group_id = gid(s)
-        t.flags["search"] = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
-                             "scores": [round(x.score, 5) for x in nodes]}
+        t.search = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
+                    "scores": [round(x.score, 5) for x in nodes]}
         kept.append(t)
         trees.append({"task": task.id, "strategy": "best_of_n", "scorer": spec.scorer,
                       "nodes": [{"id": j, "parent": None, "turn": len(x.steps), "score": round(x.score, 5),

@@ -1,6 +1,6 @@
 """Per-episode sampling seeds: an episode's samples depend on the episode alone.
 
-A training episode draws its sampling noise from its own generator, seeded from (run seed, step, position of
+A training episode draws its sampling noise from its own stream, seeded from (run seed, step, position of
 the episode in the step's batch, task id). So the same episode samples the same tokens whichever batch it is
 played in: in one batch on the driver, or in the share of any number of Ray workers (``docs/scaling.md``).
 A resumed run needs no sampler state either: the step number rebuilds the seeds.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 
-import torch
+from selfevolve.models.sampler import Sampler, Stream
 
 
 def episode_seed(run_seed: int, step: int, index: int, task_id: str) -> int:
@@ -21,8 +21,8 @@ def episode_seed(run_seed: int, step: int, index: int, task_id: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def episode_generators(run_seed: int, step: int, indices: list[int], task_ids: list[str],
-                       device: torch.device | str = "cpu") -> list[torch.Generator]:
-    """One generator per episode (``indices[k]``: the episode's position in the whole step's batch)."""
-    return [torch.Generator(device=device).manual_seed(episode_seed(run_seed, step, i, t))
-            for i, t in zip(indices, task_ids)]
+def episode_streams(sampler: Sampler, run_seed: int, step: int, indices: list[int], task_ids: list[str]
+                    ) -> list[Stream]:
+    """One random stream of ``sampler`` per episode (``indices[k]``: the episode's position in the whole step's
+    batch)."""
+    return [sampler.stream(episode_seed(run_seed, step, i, t)) for i, t in zip(indices, task_ids)]

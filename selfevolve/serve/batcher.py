@@ -21,8 +21,6 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import torch
-
 from selfevolve.serve.protocol import Row
 
 
@@ -137,8 +135,7 @@ class Batcher:
         greedy = temperature == 0
         # greedy log-probs are the model's own distribution (temperature 1); sampled ones the sampling distribution
         self.policy.temperature = 1.0 if greedy else temperature
-        generator = torch.Generator(device=self.policy.device)
-        generator.manual_seed(seed if seed is not None else self.rng.getrandbits(63))
+        generator = self.policy.stream(seed if seed is not None else self.rng.getrandbits(63))
         gen = self.policy.generate(prompts, greedy=greedy, generator=generator,
                                    max_new_tokens=max(w.max_tokens for w in items))
         self.batches += 1

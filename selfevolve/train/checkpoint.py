@@ -290,3 +290,16 @@ def refusing(path: Path):
         yield
     except (RuntimeError, ValueError, TypeError, KeyError, IndexError) as e:
         raise SelfEvolveError(f"{path}: does not fit this run ({str(e)[:300]})") from None
+
+
+def load_init_adapter(cfg, policy) -> bool:
+    """``model.init_from``: load another run's adapter (its latest checkpoint) into ``policy``; whether one was
+    loaded. The trainer's new runs start from it, and ``selfevolve explore`` explores with it (the agent being
+    trained, as AgentEvolver explores)."""
+    if not cfg.model.init_from:
+        return False
+    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
+    data = load_checkpoint(ckpt, with_optimizer=False)
+    with refusing(ckpt / "adapter.safetensors"):
+        policy.load_adapter_state(data["adapter"], value_head="optional")
+    return True

@@ -10,8 +10,6 @@ naming another split), the tasks whose content the run trained on are counted as
 
 from __future__ import annotations
 
-import torch
-
 from selfevolve.envs import env_options, make_env
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
@@ -89,7 +87,7 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
     if pass_k > 0:
         rep = [t for t in tasks for _ in range(pass_k)]
         envs = [make_env(env_cls, **env_options) for _ in rep]
-        gen = torch.Generator(device=policy.device).manual_seed(sample_seed)
+        gen = policy.stream(sample_seed)
         guide = experience.guide(rep, pass_k, training=False) if experience is not None else None
         sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen, guide=guide)
         solved = {t.task.id for t in sampled if t.success}

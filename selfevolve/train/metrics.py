@@ -5,7 +5,7 @@ Names: ``reward/mean``, ``success/rate``, ``valid/rate``, ``turns/mean``, ``eval
 ``tokens_per_s``, ``mem/peak_rss_gb`` (:func:`peak_rss_gb`). ``entropy`` is the policy's mean entropy (at
 ``agent.temperature``) over the generated tokens, measured during the update (over the rows the update runs:
 ``update/idle_rows`` is the fraction it leaves out because all their advantages are 0,
-``selfevolve/train/update.py``).
+``selfevolve/objectives/update.py``).
 
 Per intent: environments that put ``info["intent"]`` in their steps (the tool worlds: ``cancel_order``,
 ``flight_count``, ...) also get ``success/intent/<intent>`` (training rollouts) and

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from selfevolve.build import build_policy, build_prompt, resolve_env
 from selfevolve.config import Config, apply_override, _validate
 from selfevolve.envs import make_env
 from selfevolve.errors import ConfigError
 from selfevolve.train.checkpoint import MODEL_FILES, find_checkpoint, load_checkpoint, refusing
-from selfevolve.untrusted import load_yaml
-from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
 from selfevolve.train.evaluate import eval_env_options, evaluate
+from selfevolve.untrusted import load_yaml
 
 
 def load_run(path: str | Path, overrides: list[str] | None = None):

@@ -3,9 +3,10 @@
 Features
 - batched multi-turn rollouts, G per task from the same start state (groups), in this process or on Ray
   workers (``distributed.backend``, ``rollout/collect.py``), each episode seeded by itself;
-- advantages by name: GRPO (mean-std or mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head
-  on the policy's own body, turn-level GAE); optional SELAUR reward shaping and instance filtering
-  (``selfevolve/train/credit.py``);
+- the algorithm as an objective picked by ``algo.name`` (``selfevolve/objectives/``): GRPO (mean-std or
+  mean-only), RLOO, GiGPO (anchor-state step credit), PPO (a value head on the policy's own body, turn-level
+  GAE), Self-AC (actor and critic from one shadow-prompt forward); optional SELAUR reward shaping and instance
+  filtering;
 - optional step attribution (AgentEvolver's self-attributing): steps judged GOOD/BAD by an LLM or an oracle,
   fused with the GRPO/RLOO outcome advantage (``selfevolve/rewards/attribution.py``);
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
@@ -34,34 +35,31 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from selfevolve.build import build_policy, build_prompt, resolve_env  # noqa: F401 - re-exported
 from selfevolve.config import Config
+from selfevolve.distributed import make_rollouts
 from selfevolve.envs import make_env
 from selfevolve.envs.base import TextEnv
-from selfevolve.experience.guide import guide_metrics
 from selfevolve.errors import SelfEvolveError
+from selfevolve.experience.guide import guide_metrics
 from selfevolve.experience.pool import FILE as POOL_FILE
-from selfevolve.rollout.collect import make_rollouts
+from selfevolve.objectives import make_objective, value_head_kind
+from selfevolve.objectives.samples import build_rows
+from selfevolve.objectives.update import NonFinite, ppo_update
+from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec, search_rollouts
-from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.tasks.source import make_task_source
-from selfevolve.train.build import (CRITICS, build_policy, build_prompt, load_init_adapter,  # noqa: F401
-                                    resolve_env)  # build_policy, build_prompt, resolve_env: re-exported
-from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, refusing,
+from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, load_init_adapter, refusing,
                                         remove_partial_writes, save_checkpoint)
-from selfevolve.train.credit import credit_batch, padded, select_groups, step_advantages
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, peak_rss_gb, rollout_metrics, truncate_jsonl
 from selfevolve.train.progress import Progress, make_progress
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
-from selfevolve.train.samples import build_rows
-from selfevolve.train.self_ac import episode_values, self_ac_update
 from selfevolve.train.signals import Terminated, stop_on_sigterm
-from selfevolve.train.shadow import build_shadow_episode, check_shadow_attention, critic_prompt_ids, final_state_ids
-from selfevolve.train.update import NonFinite, compute_values, ppo_update
 from selfevolve.train.warm_start import expert_episodes, has_expert
 from selfevolve.types import Trajectory
-from selfevolve.view.record import EVAL_LOG, eval_records, returns_minus_values, trajectory_records
+from selfevolve.view.record import EVAL_LOG, eval_records, trajectory_records
 
 class Trainer:
     def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
@@ -83,29 +81,27 @@ class Trainer:
         self.out_dir = Path(cfg.train.out_dir)
         check_out_dir(cfg, self.out_dir)  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
-        self.policy = build_policy(cfg, critic=cfg.algo.name in CRITICS)
+        self.policy = build_policy(cfg, value_head=value_head_kind(cfg))
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
         self.search = SearchSpec.from_config(cfg)
-        self.search_trees: list[dict] = []
+        self.search_trees: list[dict] = []  # the last step's search trees (rollout.search), for the log
         self.search_metrics: dict[str, float] = {}
-        self.critic_prompt = None
-        if cfg.algo.name == "self_ac":
-            check_shadow_attention(self.policy)
-            self.critic_prompt = critic_prompt_ids(self.policy.tokenizer, self.builder.eot_id(),
-                                                   cfg.algo.self_ac.critic_prompt)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
-        self.tasks = make_task_source(cfg, getattr(self.env_cls, "name", self.env_cls.__name__))
         self.rng = random.Random(cfg.seed)
-        self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
+        # the algorithm, picked by name once: credit and update (selfevolve/objectives/)
+        self.objective = make_objective(cfg, self.policy, self.builder, self.optimizer, self.rng)
+        self.tasks = make_task_source(cfg, getattr(self.env_cls, "name", self.env_cls.__name__))
+        self.generator = self.policy.stream(cfg.seed)  # search's random stream (per-episode streams for sampling)
         self.step = 0
         self.resumed = False
         self.last_eval: dict[str, float] = {}
         self.seen: set[str] = set()  # digests of the task contents trained on (envs/holdout.py)
         init_out_dir(self.cfg, self.out_dir)
+        experience_rng = None  # the recall's shuffle state of a resumed run
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
-            self._resume()
+            experience_rng = self._resume()
         else:
             load_init_adapter(cfg, self.policy)  # model.init_from, if set
         if cfg.train.resume and not self.resumed:
@@ -131,13 +127,15 @@ class Trainer:
             self.experience = Experience.build(cfg, self.out_dir, self.policy, self.env_cls, self.env_options,
                                                cfg.env.name, resume_step=self.step if self.resumed else None,
                                                console=self.console)
-            if getattr(self, "_experience_rng", None) is not None:
-                self.experience.rng.setstate(self._experience_rng)  # the recall shuffles continue exactly
+            if experience_rng is not None:
+                self.experience.rng.setstate(experience_rng)  # the recall shuffles continue exactly
         # where sampled rollouts run: here or on Ray workers (distributed.backend; started on first use)
         self.rollouts = make_rollouts(cfg, self.env_cls, self.env_options, self.builder, self.experience,
                                       self.console)
 
-    def _resume(self) -> None:
+    def _resume(self):
+        """Restore the run from its latest checkpoint; returns the experience recall's RNG state (None if none:
+        the pool is built after this)."""
         remove_partial_writes(self.out_dir)  # a write killed half-way (kill -9) left a .tmp-* folder behind
         ckpt = find_checkpoint(self.out_dir)
         data = load_checkpoint(ckpt)  # checked files, nothing unpickled (train/checkpoint.py)
@@ -152,7 +150,6 @@ class Trainer:
         self.seen = set(st.get("seen", []))
         self.tasks.load_state_dict(st.get("tasks", {}))
         rng = data["rng"]
-        self._experience_rng = rng.get("experience")
         self.rng.setstate(rng["python"])
         with refusing(ckpt / "rng.json"):
             torch.set_rng_state(rng["torch"])
@@ -165,6 +162,7 @@ class Trainer:
             truncate_jsonl(self.out_dir / name, self.step)
         self.resumed = True
         self.console.print(f"[bold]resuming[/] {escape(str(self.out_dir))} from step {self.step} ({ckpt.name})")
+        return rng.get("experience")
 
     def save(self) -> Path:
         return save_checkpoint(
@@ -213,7 +211,7 @@ class Trainer:
             self.policy, lambda: make_env(self.env_cls, **self.env_options), rep, self.builder, spec,
             max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
             generator=self.generator, rng=self.rng,
-            critic_suffix=self.critic_prompt if self.cfg.algo.name == "self_ac" else [],
+            critic_suffix=self.objective.value_suffix,
         )
         self.search_trees = result.trees
         self.search_metrics = result.metrics()
@@ -222,17 +220,15 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.perf_counter()
-        self.search_metrics: dict[str, float] = {}
+        self.search_metrics = {}
         trajs, stats = self.collect()
         self.seen.update(t.task.content for t in trajs)
         judged = self.judge_outcomes(trajs)
         attributed = self.attribute(trajs)
         t1 = time.perf_counter()
-        rows, credit_metrics = self.credit(trajs)
+        rows, credit_metrics = self.objective.credit(trajs)
         with self._stop_if_not_finite(f"step {self.step + 1}"):
-            upd = self.update(rows, trajs) if rows else {}
-        if cfg.algo.name == "self_ac":
-            self._record_values(trajs)
+            upd = self.update(rows, trajs)
         self.step += 1
         experience = {}
         if self.experience is not None:  # rows it adds belong to this step (a resume before its save drops them)
@@ -281,69 +277,12 @@ class Trainer:
         return self.attributor(trajs, self.step + 1)
 
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]:
-        """The optimizer steps on this batch: PPO-clip over token rows, or Self-AC over shadow episodes."""
-        cfg = self.cfg
-        if self.experience is not None:  # self-navigating: guided rows' old log-probs and upper clip
-            self.nav_metrics = self.experience.prepare_rows(self.policy, rows, cfg.algo.micro_batch_tokens)
-        if cfg.algo.name == "self_ac":
-            metrics = self_ac_update(self.policy, self.optimizer, rows, cfg.algo, self.rng)
-            for ep in rows:  # the value function comes free: keep it with the episode (viewer, search)
-                trajs[ep.traj_index].flags["values"] = [round(v, 5) for v in ep.values]
-                trajs[ep.traj_index].flags["advantages"] = returns_minus_values(ep.rewards, ep.values, cfg.algo.gamma)
-            return metrics
-        return {**getattr(self, "nav_metrics", {}),
-                **ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
-                             vf_clip=cfg.algo.ppo.vf_clip)}
-
-    def _shadow_episode(self, traj: Trajectory, rewards: list[float] | None = None, traj_index: int = 0):
-        """``traj`` as a Self-AC shadow-prompt episode (with the final state's critic prompt unless switched off)."""
-        final = final_state_ids(traj, self.builder) if self.cfg.algo.self_ac.final_state else None
-        return build_shadow_episode(traj, self.critic_prompt, final, rewards=rewards, traj_index=traj_index)
-
-    def _record_values(self, trajs: list[Trajectory]) -> None:
-        """V(s_0..s_n) on the trajectories the update did not see (dropped by filtering), without gradients, so
-        that every logged trajectory carries its values."""
-        todo = [t for t in trajs if "values" not in t.flags and t.steps]
-        if not todo:
-            return
-        eps = [self._shadow_episode(t) for t in todo]
-        for t, vals in zip(todo, episode_values(self.policy, eps, self.cfg.algo.micro_batch_tokens)):
-            t.flags["values"] = [round(v, 5) for v in vals]
-
-    def credit(self, trajs: list[Trajectory]):
-        """Rewards -> filtering -> per-turn advantages -> training rows (see ``selfevolve/train/credit.py``).
-        Self-AC's advantages need the values of the update's own forward: it gets shadow episodes instead."""
-        cfg = self.cfg
-        batch, metrics = credit_batch(trajs, cfg, self.policy.vocab_size)
-        keep, filter_metrics = select_groups(batch, cfg.filter)
-        metrics.update(filter_metrics)
-        kept = [t for t, k in zip(trajs, keep.tolist()) if k]
-        batch = batch.select(keep)
-        if not kept:
-            return [], metrics
-        if cfg.algo.name == "self_ac":
-            index = {id(t): i for i, t in enumerate(trajs)}
-            episodes = [self._shadow_episode(t, rewards=r, traj_index=index[id(t)])
-                        for t, r in zip(kept, batch.per_step(batch.step_rewards)) if t.steps]
-            return episodes, metrics
-        values = None
-        if cfg.algo.name == "ppo":
-            # V(s_t) of every turn under the current weights, before the update (the "old" values)
-            probe = build_rows(kept, [0.0] * len(kept))
-            per_turn = [[0.0] * len(t.steps) for t in kept]
-            for row, vals in zip(probe, compute_values(self.policy, probe, cfg.algo.micro_batch_tokens)):
-                for (i, t), v in zip(row.turns, vals):
-                    per_turn[i][t] = v
-            batch.values, _ = padded(per_turn)
-            values = per_turn
-        adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo, cfg.attribution)
-        for t, a in zip(kept, batch.per_step(adv)):  # kept with the episode for the viewer (train.log_trajectories)
-            t.flags["advantages"] = [round(x, 5) for x in a]
-        for t, v in zip(kept, values or []):
-            t.flags["values"] = [round(x, 5) for x in v]
-        rows = build_rows(kept, batch.per_step(adv),
-                          returns=batch.per_step(returns) if returns is not None else None, values=values)
-        return rows, metrics
+        """The objective's optimizer steps on this batch; self-navigating first restates the old log-probs and
+        upper clip of its guided rows."""
+        prepared = {}
+        if self.experience is not None and rows:
+            prepared = self.experience.prepare_rows(self.policy, rows, self.cfg.algo.micro_batch_tokens)
+        return {**prepared, **self.objective.update(rows, trajs)}
 
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None, label: str | None = None
                  ) -> dict[str, float]:

@@ -16,9 +16,9 @@ needs a readable, compact form of some of what they carried, so each logged reco
   text pieces (``"".join(text)`` is the decoded reply, special tokens included), the sampling log-prob and
   the full-vocabulary entropy of each, rounded to ``DIGITS`` decimals.
 
-Advantages and values are recorded where the trainer computes them (``flags["advantages"]``,
-``flags["values"]``, one per turn): every estimator here broadcasts a turn's advantage to all tokens of its
-reply, so the per-token advantage is the turn's.
+Advantages and values are recorded where the objective computes them (``Trajectory.advantages`` and
+``.values``, one per turn; a record's ``flags.advantages`` and ``flags.values``): every estimator here broadcasts a
+turn's advantage to all tokens of its reply, so the per-token advantage is the turn's.
 
 An evaluation's episode is recorded the same way, with ``"eval": {"step", "label", "seen"}``: the training
 step it was taken at, which evaluation it was (``start``, ``after warm start``, ``step N``, ``end``), and
@@ -83,20 +83,10 @@ def stripped_text(tokenizer, step) -> str:
     return tokenizer.decode(seen[head: len(seen) - tail], skip_special_tokens=False)
 
 
-def returns_minus_values(rewards: list[float], values: list[float], gamma: float) -> list[float]:
-    """Self-AC's advantage A_k = R_k − V(s_k), R_k the discounted return from turn k (as in
-    ``algos/self_ac.returns_and_advantages``), for one episode; ``values`` may hold V of the final state too."""
-    out, running = [0.0] * len(rewards), 0.0
-    for k in range(len(rewards) - 1, -1, -1):
-        running = rewards[k] + gamma * running
-        out[k] = round(running - (values[k] if k < len(values) else 0.0), 5)
-    return out
-
-
 def trajectory_records(trajs, step: int, policy, builder, cfg) -> list[dict]:
     """The lines of ``trajectories.jsonl`` for one training step: ``{"step", **to_dict(with_ids=False)}`` plus
     the viewer's fields (module docstring)."""
-    from selfevolve.train.credit import step_uncertainty
+    from selfevolve.objectives.credit import step_uncertainty
 
     tok = policy.tokenizer
     uncertainty, _ = step_uncertainty(trajs, cfg.reward.selaur, policy.vocab_size)

@@ -15,12 +15,12 @@ import random
 import re
 from abc import abstractmethod
 from collections import Counter
-from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.holdout import split_bucket
 from selfevolve.errors import ConfigError
+from selfevolve.types import Task
 from selfevolve.untrusted import too_long
 from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
 
@@ -35,34 +35,15 @@ def check_seed_option(world: str, option: str, value) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- tasks
-@dataclass
-class Task:
-    """One request of a tool world.
-
-    ``goal`` is what the world checks at ``finish``: ``{"answer": <expected or None>, ...}`` plus whatever the
-    world checks besides (the shop adds ``"changes"``, the exact database rows the episode must change).
-    ``solution`` is a reference list of calls ``[{"name": ..., "arguments": {...}}, ...]`` ending with
-    ``finish``; following it solves the task (a test replays every shipped task).
-    """
-
-    id: str
-    split: str  # "train" or "test"
-    level: int  # difficulty: shop 1-3, tables 1 (easy) or 2 (hard)
-    intent: str  # the kind of request, e.g. "cancel_order"
-    instruction: str  # the user's request: the first observation
-    goal: dict[str, Any]
-    solution: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Task":
-        return cls(**{k: data[k] for k in ("id", "split", "level", "intent", "instruction", "goal", "solution")})
+# A world's task is a request (``types.Task``): ``goal`` is what the world checks at ``finish`` — ``{"answer":
+# <expected or None>, ...}`` plus whatever the world checks besides (the shop adds ``"changes"``, the exact
+# database rows the episode must change); ``solution`` is a reference list of calls ``[{"name": ..., "arguments":
+# {...}}, ...]`` ending with ``finish``, and following it solves the task (a test replays every shipped task).
+TASK_FILE_FIELDS = ("id", "split", "level", "intent", "instruction", "goal", "solution")  # a task file's line
 
 
 def load_tasks(path: str) -> list[Task]:
-    """Tasks from a JSONL file, one :meth:`Task.to_dict` object per line (blank lines skipped). A file that is
+    """Tasks from a JSONL file, one object of :data:`TASK_FILE_FIELDS` per line (blank lines skipped). A file that is
     missing, unreadable or holds a line that is not a task is a ConfigError naming it (``env.tasks_file``)."""
     tasks = []
     try:
@@ -71,7 +52,7 @@ def load_tasks(path: str) -> list[Task]:
                 if not line.strip():
                     continue
                 try:
-                    tasks.append(Task.from_dict(json.loads(line)))
+                    tasks.append(task_from_line(json.loads(line)))
                 except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
                     raise ConfigError(f"tasks_file {path!r}, line {n}: not a task ({type(e).__name__}: "
                                       f"{str(e)[:200]})") from None
@@ -82,10 +63,15 @@ def load_tasks(path: str) -> list[Task]:
     return tasks
 
 
+def task_from_line(data: dict[str, Any]) -> Task:
+    """The task of one line of a task file (a KeyError when a field is missing)."""
+    return Task(**{k: data[k] for k in TASK_FILE_FIELDS})
+
+
 def save_tasks(tasks: list[Task], path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for t in tasks:
-            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+            f.write(json.dumps({k: getattr(t, k) for k in TASK_FILE_FIELDS}, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- answers

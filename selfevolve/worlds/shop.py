@@ -15,7 +15,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from selfevolve.worlds.base import Task, ToolWorld, answers_match, check_seed_option, load_tasks, tool_prompt
+from selfevolve.types import Task
+from selfevolve.worlds.base import ToolWorld, answers_match, check_seed_option, load_tasks, tool_prompt
 from selfevolve.worlds.profile import Entity, EnvProfile, operations
 from selfevolve.worlds.shop_data import TABLES, changes, columns, database_image
 from selfevolve.worlds.shop_tasks import QUOTAS, generate_tasks, held_out_marks, held_out_users
@@ -141,10 +142,10 @@ def _examples() -> list[tuple[str, str]]:
     processed = env.conn.execute("SELECT id, user_id FROM orders WHERE status = 'processed' ORDER BY id").fetchall()
     order = next(oid for oid, uid in processed if oid not in asked and uid not in held_out)
     question = f"Hi! What is the status of my order {order}?"
-    turns = env.demonstrate(Task("shop-example", "train", 1, "order_status", question,
-                                 {"answer": "processed", "changes": {}},
-                                 [{"name": "get_order", "arguments": {"order_id": order}},
-                                  {"name": "finish", "arguments": {"answer": "processed"}}]))
+    turns = env.demonstrate(Task("shop-example", split="train", level=1, intent="order_status",
+                                 instruction=question, goal={"answer": "processed", "changes": {}},
+                                 solution=[{"name": "get_order", "arguments": {"order_id": order}},
+                                           {"name": "finish", "arguments": {"answer": "processed"}}]))
     env.close()
     return turns
 

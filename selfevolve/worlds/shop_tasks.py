@@ -24,7 +24,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from selfevolve.worlds.base import Task
+from selfevolve.types import Task
 from selfevolve.worlds.shop_data import CANCEL_REASONS, ShopData, changes, database_image, dataset, option_text
 from selfevolve.worlds.shop_tools import ShopTools
 from selfevolve.worlds.tools import ToolSet, format_tool_call
@@ -366,8 +366,8 @@ def generate_tasks(seed: int = 0) -> tuple[Task, ...]:
                 raise RuntimeError(f"shop seed {seed}: only {len(chosen)} {split} tasks for {intent} level {level}")
             for k, (_, text, answer, solution) in enumerate(chosen):
                 goal = {"answer": answer, "changes": replayer.replay(solution)}
-                tasks.append(Task(f"shop-{split}-{level}-{intent}-{k:03d}", split, level, intent, text, goal,
-                                  solution))
+                tasks.append(Task(f"shop-{split}-{level}-{intent}-{k:03d}", split=split, level=level,
+                                  intent=intent, instruction=text, goal=goal, solution=solution))
     replayer.conn.close()
     return tuple(tasks)
 

@@ -20,7 +20,8 @@ import math
 import operator
 from typing import Any, Literal
 
-from selfevolve.worlds.base import Task, ToolWorld, check_seed_option, load_tasks, tool_prompt
+from selfevolve.types import Task
+from selfevolve.worlds.base import ToolWorld, check_seed_option, load_tasks, tool_prompt
 from selfevolve.worlds.profile import Entity, EnvProfile, operations
 from selfevolve.worlds.tables_data import TABLES, tables
 from selfevolve.worlds.tables_tasks import QUOTAS, generate_tasks
@@ -334,8 +335,9 @@ def _examples() -> list[tuple[str, str]]:
     """A three-turn episode on a question no task asks (count a department's employees)."""
     env = TablesEnv()
     n = str(sum(r["department"] == "Support" for r in env.data["employees"]))
-    return env.demonstrate(Task("tables-example", "train", 1, "example",
-                                "How many employees work in the Support department?", {"answer": n}, [
+    return env.demonstrate(Task("tables-example", split="train", level=1, intent="example",
+                                instruction="How many employees work in the Support department?",
+                                goal={"answer": n}, solution=[
                                     {"name": "load_table", "arguments": {"table": "employees"}},
                                     {"name": "filter_rows",
                                      "arguments": {"column": "department", "op": "==", "value": "Support"}},

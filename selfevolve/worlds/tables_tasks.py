@@ -16,7 +16,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from selfevolve.worlds.base import Task
+from selfevolve.types import Task
 from selfevolve.worlds.tables_data import tables
 
 # (level, intent) -> (train, test) number of questions
@@ -235,6 +235,6 @@ def generate_tasks(seed: int = 0) -> tuple[Task, ...]:
             raise RuntimeError(f"tables seed {seed}: only {len(candidates)} questions for {intent}")
         for split, chosen in (("test", candidates[:test]), ("train", candidates[test:test + train])):
             for k, (question, answer, solution) in enumerate(chosen):
-                out.append(Task(f"tables-{split}-{level}-{intent}-{k:03d}", split, level, intent, question,
-                                {"answer": answer}, solution))
+                out.append(Task(f"tables-{split}-{level}-{intent}-{k:03d}", split=split, level=level,
+                                intent=intent, instruction=question, goal={"answer": answer}, solution=solution))
     return tuple(out)

@@ -1,7 +1,7 @@
 """What a run is built from: the environment class, the LoRA policy and the prompt builder of a config.
 
 Shared by the trainer, evaluation, self-questioning and the Ray rollout workers (each worker builds its own
-policy replica from the same config, ``selfevolve/distributed/worker.py``).
+policy replica from the same config, ``selfevolve/distributed/worker.py``), so it sits below all of them.
 """
 
 from __future__ import annotations
@@ -26,34 +26,16 @@ def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
     return ENVS[cfg.env.name]
 
 
-CRITICS = {"ppo": "ppo", "self_ac": "self_ac"}  # algo.name -> the config section naming its value head
-
-
-def build_policy(cfg: Config, critic: bool = False) -> Policy:
-    """The LoRA policy of ``cfg.model``; ``critic`` attaches the value head that PPO or Self-AC trains
-    (``algo.ppo.value_head`` / ``algo.self_ac.value_head``)."""
+def build_policy(cfg: Config, value_head: str | None = None) -> Policy:
+    """The LoRA policy of ``cfg.model``, with a value head of kind ``value_head`` on its body when given (the
+    objective's: ``objectives.value_head_kind(cfg)``)."""
     model, tok = load_model(cfg.model.name, cfg.model.dtype, seed=cfg.seed)
     policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
-    if critic:
-        policy.attach_value_head(getattr(cfg.algo, CRITICS.get(cfg.algo.name, "ppo")).value_head)
+    if value_head is not None:
+        policy.attach_value_head(value_head)
     return policy
-
-
-def load_init_adapter(cfg: Config, policy: Policy) -> bool:
-    """``model.init_from``: load another run's adapter (its latest checkpoint) into ``policy``; whether one was
-    loaded. The trainer's new runs start from it, and ``selfevolve explore`` explores with it (the agent being
-    trained, as AgentEvolver explores)."""
-    if not cfg.model.init_from:
-        return False
-    from selfevolve.train.checkpoint import MODEL_FILES, find_checkpoint, load_checkpoint, refusing
-
-    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
-    data = load_checkpoint(ckpt, with_optimizer=False)
-    with refusing(ckpt / "adapter.safetensors"):
-        policy.load_adapter_state(data["adapter"], value_head="optional")
-    return True
 
 
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:

@@ -1,5 +1,5 @@
-"""From trajectories to per-turn advantages: reward shaping, instance filtering, and the estimator named by
-``algo.name``.
+"""Credit: from trajectories to per-turn advantages — reward shaping, instance filtering, and the estimator
+named by ``algo.name``.
 
 The stages, each a pure function in ``selfevolve/algos/`` (this module only turns trajectories into padded
 tensors and back):
@@ -10,11 +10,15 @@ tensors and back):
    step level), ``ppo`` (turn-level GAE on the value head's estimates); with step labels
    (``reward.attribution``, ``Step.info["attribution"]``), ``grpo`` / ``rloo`` fuse them with the outcome
    advantage (``algos/attribution.py``).
+
+Stages 1-2 serve every objective (:func:`shape_and_filter`); the estimators of stage 3 (:data:`ESTIMATORS`) are
+the token objective's (``token.py``). A new estimator is one function and one entry there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -126,7 +130,7 @@ def credit_batch(trajs: list[Trajectory], cfg, vocab_size: int) -> tuple[CreditB
         if success.any():
             metrics["selaur/U_success"] = float(U[success].mean())
         for t, r in zip(trajs, episode.tolist()):
-            t.flags["shaped_reward"] = r
+            t.shaped_reward = r
     else:
         step_r = step_r * mask
         episode = step_r.sum(1)
@@ -155,6 +159,17 @@ def select_groups(batch: CreditBatch, filt) -> tuple[Tensor, dict[str, float]]:
     """Instance filtering on the (shaped) episode rewards: the mask of trajectories to train on."""
     return filter_groups(batch.episode_rewards, batch.group_ids, keep=filt.keep, by=filt.by,
                          drop_zero_std=filt.drop_zero_std)
+
+
+def shape_and_filter(trajs: list[Trajectory], cfg, vocab_size: int
+                     ) -> tuple[list[Trajectory], CreditBatch, dict[str, float]]:
+    """Stages 1 and 2, as every objective begins: the trajectories the update trains on, their (shaped) rewards
+    as a :class:`CreditBatch`, and the stages' metrics."""
+    batch, metrics = credit_batch(trajs, cfg, vocab_size)
+    keep, filter_metrics = select_groups(batch, cfg.filter)
+    metrics.update(filter_metrics)
+    kept = [t for t, k in zip(trajs, keep.tolist()) if k]
+    return kept, batch.select(keep), metrics
 
 
 # ---- estimators: CreditBatch -> (advantages [N, T], value targets [N, T] or None) ----------------------------
@@ -189,7 +204,18 @@ def ppo_steps(batch: CreditBatch, algo):
     return adv, ret
 
 
-ESTIMATORS = {"grpo": grpo_steps, "rloo": rloo_steps, "gigpo": gigpo_steps, "ppo": ppo_steps}
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator: ``steps(batch, algo) -> (advantages [N, T], value targets [N, T] or None)``.
+    ``values``: it needs V(s_t) of every turn at rollout time (``CreditBatch.values``), read by the value head
+    that the config section of its name sets (``algo.ppo.value_head``)."""
+
+    steps: Callable
+    values: bool = False
+
+
+ESTIMATORS = {"grpo": Estimator(grpo_steps), "rloo": Estimator(rloo_steps), "gigpo": Estimator(gigpo_steps),
+              "ppo": Estimator(ppo_steps, values=True)}
 
 
 def attributed_steps(name: str, batch: CreditBatch, algo, alpha: float) -> Tensor:
@@ -211,4 +237,4 @@ def step_advantages(name: str, batch: CreditBatch, algo, attribution=None) -> tu
         if attribution is None:
             raise ValueError("a batch with step labels needs the attribution section (for alpha)")
         return attributed_steps(name, batch, algo, attribution.alpha), None
-    return ESTIMATORS[name](batch, algo)
+    return ESTIMATORS[name].steps(batch, algo)

@@ -25,8 +25,8 @@ import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
 from selfevolve.errors import SelfEvolveError
-from selfevolve.train.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
-                                      shared_prefix_len)
+from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
+                                           shared_prefix_len)
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",

@@ -1,15 +1,15 @@
 """The Self-AC update (``algo.name=self_ac``): actor and critic of a whole episode from one forward pass.
 
-Per minibatch of episodes: one forward of their shadow-prompt sequences (``selfevolve/train/shadow.py``) gives
-the actor's log-probs and V(s_0..s_n); then
+Per minibatch of episodes: one forward of their shadow-prompt sequences (``shadow.py``) gives the actor's
+log-probs and V(s_0..s_n); then
 
     Loss_Critic = mean over n = 1..td_max of the TD(n) squared errors (targets detached, terminal value 0)
     A_k         = R_k − V(s_k).detach()             (R: the discounted return from s_k)
     Loss_Actor  = PPO-clip on π_θ/π_old, per token (A_k broadcast to a_k's tokens) or per turn (whole actions)
     Loss        = α·Loss_Critic + (1 − α)·Loss_Actor
 
-(``selfevolve/algos/self_ac.py`` has the math). ``algo.self_ac.forward=per_turn`` computes the same losses the
-way the shadow prompt avoids: the actor on the plain episode and one critic forward per state — the reference
+(``critic.py`` has the math). ``algo.self_ac.forward=per_turn`` computes the same losses the way the shadow
+prompt avoids: the actor on the plain episode and one critic forward per state — the reference
 for tests and benchmarks.
 """
 
@@ -20,10 +20,10 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
-from selfevolve.algos.self_ac import critic_loss, returns_and_advantages, turn_logprobs
-from selfevolve.train.samples import micro_batches, minibatch_schedule
-from selfevolve.train.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows
-from selfevolve.train.update import safe_step
+from selfevolve.objectives.samples import micro_batches, minibatch_schedule
+from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, turn_logprobs
+from selfevolve.objectives.self_ac.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows, forward_shadow
+from selfevolve.objectives.update import safe_step
 
 
 def _single_critic_episode(ids: list[int], positions: list[int], n_cp: int) -> ShadowEpisode:
@@ -48,12 +48,12 @@ def episode_forward(policy, episodes: list[ShadowEpisode], how: str = "shadow", 
     dtype = next(policy.model.parameters()).dtype
     batch = collate_shadow(episodes, policy.pad_id, dtype, policy.device)
     if how == "shadow":
-        logp, ent, values = policy.forward_shadow(batch, with_entropy=with_entropy)
+        logp, ent, values = forward_shadow(policy, batch, with_entropy=with_entropy)
         return batch, logp, ent, values
     if how != "per_turn":
         raise ValueError(f"unknown Self-AC forward {how!r}; allowed: shadow, per_turn")
     plain = collate_shadow([actor_row(e) for e in episodes], policy.pad_id, dtype, policy.device)
-    logp, ent, _ = policy.forward_shadow(plain, with_entropy=with_entropy)
+    logp, ent, _ = forward_shadow(policy, plain, with_entropy=with_entropy)
     # one critic sequence per state, "prefix up to s_k + cp_k": each re-encodes its prefix (batched in chunks of
     # similar length to waste little padding; all stay in the graph until the backward)
     crit = [_single_critic_episode(ids, pos, e.cp_end[0] - e.cp_start[0] + 1) for e in episodes
@@ -62,7 +62,7 @@ def episode_forward(policy, episodes: list[ShadowEpisode], how: str = "shadow", 
                                                       for k in range(len(e.cp_end))])}
     values = torch.zeros(batch["value_mask"].shape, device=policy.device)
     for chunk in micro_batches(crit, micro_batch_tokens):
-        v = policy.forward_shadow(collate_shadow(chunk, policy.pad_id, dtype, policy.device))[2][:, 0]
+        v = forward_shadow(policy, collate_shadow(chunk, policy.pad_id, dtype, policy.device))[2][:, 0]
         index = torch.tensor([slot[id(c)] for c in chunk], device=policy.device)
         values = values.index_put((index[:, 0], index[:, 1]), v.to(values.dtype))
     return batch, logp, ent, values
@@ -128,7 +128,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
             st["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
             if algo.kl_coef > 0:
                 with torch.no_grad(), policy.reference():
-                    ref, _, _ = policy.forward_shadow(batch, with_values=False)
+                    ref, _, _ = forward_shadow(policy, batch, with_values=False)
                 kl = kl_penalty(logp, ref, kind=algo.kl_kind).mean()
                 loss = loss + algo.kl_coef * logp.numel() / max(sum(len(e.target) for e in mb), 1) * kl
                 st["kl"] = float(kl.detach())

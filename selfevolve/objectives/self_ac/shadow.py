@@ -185,7 +185,7 @@ def _pad(rows: list[list[int]], fill: int) -> torch.Tensor:
 
 
 def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtype, device=None) -> dict:
-    """A batch of shadow episodes as the two stages of one forward (see :meth:`Policy.forward_shadow`).
+    """A batch of shadow episodes as the two stages of one forward (see :func:`forward_shadow`).
 
     The interleaved sequence is split, without changing any token's position or visibility: stage 1 holds the
     real tokens in order (plain causal attention, the fast kernel), stage 2 the critic-prompt tokens, which
@@ -255,6 +255,36 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     out = {k: v.to(device) for k, v in out.items()} if device is not None else out
     out["prefix_len"] = _shared_prefix(real_ids, real_seg, [new[b][e.pred[0]] for b, e in enumerate(episodes) if e.pred])
     return out
+
+
+def forward_shadow(policy, batch: dict, with_entropy: bool = False, with_values: bool = True):
+    """One forward of a batch of shadow-prompt episodes (:func:`collate_shadow`) under ``policy``:
+    ``(logprobs [M], entropy [M] or None, values [B, K])``.
+
+    Every token is encoded once, in two stages of the same pass: the episode's real tokens (causal attention;
+    a 4-D mask only when an episode packs several segments), then all critic prompts at once, attending to
+    the real tokens' cached keys through the 4-D ``cp_mask`` (their state's prefix and themselves). So the
+    actor log-probs (one per action token, read from the hidden state of the token before it) are those of
+    the episode without critic prompts, and ``values[b, k]`` — the value head at the last token of critic
+    prompt k — is V(s_k) (0 where ``value_mask`` is False, or everywhere without a head or with
+    ``with_values=False``, which skips stage 2). Gradients reach the real tokens' computation through the
+    cached keys and values.
+    """
+    ids, vmask = batch["real_ids"], batch["value_mask"]
+    read_values = with_values and policy.value_head is not None and batch["cp_ids"].shape[1] > 0
+    side = (batch["cp_ids"], batch["cp_pos"], batch["cp_mask"]) if read_values else None
+    hidden, cp_hidden = policy.encode_with_side_tokens(ids, batch["real_pos"], batch.get("real_mask"),
+                                                       batch.get("prefix_len", 0), side)
+    B, L, H = hidden.shape
+    if read_values:
+        flat_cp = cp_hidden.reshape(-1, H)
+        values = policy.value_head(flat_cp[batch["value_idx"].flatten()]).reshape(vmask.shape) * vmask
+    else:
+        values = torch.zeros(vmask.shape, device=ids.device)
+    flat = hidden.reshape(B * L, H)
+    _, head = policy.body_and_head()
+    logp, entropy = policy.token_logprobs(head, flat[batch["pred"]], ids.flatten()[batch["target"]], with_entropy)
+    return logp, entropy, values
 
 
 def _shared_prefix(real_ids: torch.Tensor, real_seg: torch.Tensor, first_pred: list[int]) -> int:

@@ -63,3 +63,14 @@ def turn_logprobs(token_logprobs: Tensor, token_turn: Tensor, n_slots: int) -> T
     probability ratio. ``token_turn`` [M] is each token's flat slot index (episode·K + k); returns [n_slots]."""
     out = torch.zeros(n_slots, dtype=token_logprobs.dtype, device=token_logprobs.device)
     return out.index_add(0, token_turn, token_logprobs)
+
+
+def returns_minus_values(rewards: list[float], values: list[float], gamma: float) -> list[float]:
+    """Self-AC's advantage A_k = R_k − V(s_k), R_k the discounted return from turn k (as
+    :func:`returns_and_advantages`), for one episode in plain lists, rounded for the trajectory's record;
+    ``values`` may hold V of the final state too."""
+    out, running = [0.0] * len(rewards), 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        running = rewards[k] + gamma * running
+        out[k] = round(running - (values[k] if k < len(values) else 0.0), 5)
+    return out

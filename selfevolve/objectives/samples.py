@@ -50,7 +50,7 @@ def build_rows(
     for i, (traj, adv) in enumerate(zip(trajs, step_advantages)):
         per_step = adv if isinstance(adv, (list, tuple)) else [adv] * len(traj.steps)
         row: Row | None = None
-        guided = bool(traj.flags.get("guided"))
+        guided = traj.guided
         for t, (step, a) in enumerate(zip(traj.steps, per_step)):
             if not step.action_ids:
                 continue
