@@ -27,13 +27,15 @@ from selfevolve.errors import ConfigError
 from selfevolve.untrusted import clean_text, too_long
 
 SIZE = 2**31  # the dataset's virtual size: item indices are seeds modulo this
+# Datasets whose answers lie in a range their config sets (the random valid policy draws from it)
+ANSWER_SPACES = {"maze": lambda c: [str(d) for d in range(c.min_dist, c.max_dist + 1)]}
 
 
-def _factory():
+def _factory(who: str = "rg datasets need"):
     try:
         from reasoning_gym import factory
     except ImportError as e:
-        raise Unavailable(f"rg datasets need the package reasoning-gym ({e}); install the suites: {INSTALL}") from None
+        raise Unavailable(f"{who} the package reasoning-gym ({e}); install the suites: {INSTALL}") from None
     return factory
 
 
@@ -141,6 +143,12 @@ class ReasoningGymEnv(SuiteEnv):
         """The reference answer (what an LLM judge compares with)."""
         return "" if self._entry is None else str(self._entry["answer"])
 
+    def valid_actions(self) -> list[str] | None:
+        """The answers a question may have, where the dataset bounds them (maze: every distance its config
+        allows); None for the others."""
+        space = ANSWER_SPACES.get(self.game)
+        return None if space is None or self._entry is None else space(self._items().config)
+
     def snapshot(self) -> Any:
         return copy.deepcopy((self._entry, self._attempts, self._score, self._last, self.done))
 
@@ -150,7 +158,7 @@ class ReasoningGymEnv(SuiteEnv):
 
 def game_class(dataset: str) -> type[ReasoningGymEnv]:
     """The environment class of ``rg:<dataset>``; Unavailable without the package."""
-    factory = _factory()
+    factory = _factory(f"env 'rg:{dataset}' needs")
     if dataset not in factory.DATASETS:
         import difflib
 

@@ -42,11 +42,11 @@ from selfevolve.errors import ConfigError
 from selfevolve.untrusted import clean_text, too_long
 
 
-def _textarena():
+def _textarena(who: str = "textarena games need"):
     try:
         import textarena
     except ImportError as e:
-        raise Unavailable(f"textarena games need the package textarena ({e}); install the suites: {INSTALL}") from None
+        raise Unavailable(f"{who} the package textarena ({e}); install the suites: {INSTALL}") from None
     return textarena
 
 
@@ -231,7 +231,7 @@ def _refusal(env_id: str, error: BaseException) -> str:
 def game_class(env_id: str) -> type[TextArenaEnv]:
     """The environment class of ``textarena:<env_id>``; Unavailable when the game does not run here (checked by
     starting it once, quietly)."""
-    ta = _textarena()
+    ta = _textarena(f"env 'textarena:{env_id}' needs")
     from textarena.envs.registration import ENV_REGISTRY
 
     spec = ENV_REGISTRY.get(env_id)

@@ -8,8 +8,9 @@ peckingorder) in Java; Python talks to it through py4j. What the adapter adds (`
   (``PythonInterface``) in one shared JVM, started on the first ``reset`` and stopped when the last environment
   is closed. Constructing an environment starts nothing.
 - **Splits**: ``train`` plays the suite's train fold, ``test`` its test fold, each keeping only the games whose
-  content key (the task, the first observation and the gold path) hashes to its side (``common.py``), so the
-  two never share a game even where the folds do.
+  content key (the task and the whole map: every room with its objects and exits; for the games without rooms,
+  the first observation and the gold path) hashes to its side (``common.py``), so the two never share a game
+  even where the folds do.
 - **Observations**: the task description, the room and (``show_actions``) the sorted list of valid actions.
   An action that is not in the list is invalid: the error line, the penalty, and the game is not stepped.
 - **Success** is the game's ``tasksuccess``; its score (0..1) is ``info["suite_reward"]``; ``taskfailure``
@@ -200,7 +201,20 @@ class TWXEnv(SuiteEnv):
         gold = [str(a) for a in game.getGoldActionSequence()]
         task = str(game.getTaskDescription())
         state["taskDescription"] = task
-        return state, gold, f"{task}\n{state['observation']}\ngold: {' | '.join(gold)}"
+        return state, gold, f"{task}\n{self._world(game) or state['observation'] + chr(10) + ' | '.join(gold)}"
+
+    @staticmethod
+    def _world(game) -> str:
+        """The whole map of a game with rooms (coin, twc, mapreader, cookingworld): every room's description,
+        with its objects and exits. Empty for the games without rooms, whose first observation and gold path
+        say everything (coin's gold path would not do: it differs between two generations of one seed)."""
+        from py4j.protocol import Py4JError
+
+        try:
+            rooms = game.game().locations()
+        except Py4JError:
+            return ""
+        return "\n".join(f"{room.name()}: {room.getDescription()}" for room in rooms)
 
     def reset(self, seed: int) -> str:
         self._state, self._gold, self._content = self.draw(seed, self._generate, lambda item: item[2])
