@@ -121,6 +121,17 @@ def test_textarena_games_keep_their_own_random_state():
     assert [a.step(m).observation for m in moves] == after
 
 
+def test_textarena_content_keys_hold_no_addresses():
+    """RushHour keeps its cars as objects with __slots__: two games of one seed have one content key (an
+    object's repr would hold its address, and the split of a seed would change from run to run)."""
+    cls = env_class("textarena:RushHour-v0")
+    a, b = make_env(cls, split="all"), make_env(cls, split="all")
+    a.reset(3)
+    b.reset(3)
+    assert a.content_key() == b.content_key() and " at 0x" not in a.content_key()
+    assert '"__class__": "_Vehicle"' in a.content_key()
+
+
 def test_textarena_refuses_games_that_cannot_run_here_by_name():
     with pytest.raises(Unavailable, match=r"'textarena:TicTacToe-v0' is not a single-player game"):
         env_class("textarena:TicTacToe-v0")
@@ -182,6 +193,9 @@ def test_rg_maze_answers_retries_and_splits():
     assert pickle.loads(pickle.dumps(cls)) is cls
     train, test = contents(make_env(cls, split="train"), range(40)), contents(make_env(cls, split="test"), range(40))
     assert len(train) == 40 and len(test) == 40 and not train & test  # every question differs, no shared one
+    from selfevolve.train.evaluate import eval_env_options
+
+    assert eval_env_options(cls, {"retries": 1}, None) == {"retries": 1, "split": "test"}  # evaluation: held out
     env = make_env(cls, split="test", retries=1)
     assert env.max_turns == 2 and "may answer again" in env.instructions
     question = env.reset(3)

@@ -72,8 +72,22 @@ def _message_text(messages, with_prompt: bool = True) -> str:
     return "\n".join(str(m).strip() for _, m, kind in messages if kind not in skip and str(m).strip())
 
 
+def _plain(value: Any) -> Any:
+    """What ``json.dumps`` cannot write, as plain data: an object as its class name and attributes (its repr
+    would hold its address, which differs between two games of one seed), a set sorted."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if hasattr(value, "__dict__"):
+        return {"__class__": type(value).__name__, **vars(value)}
+    slots = [name for cls in type(value).__mro__ for name in getattr(cls, "__slots__", ())]
+    if slots:
+        return {"__class__": type(value).__name__, **{name: getattr(value, name, None) for name in slots}}
+    return repr(value)
+
+
 def _state_text(state: Any) -> str:
-    return json.dumps(state, sort_keys=True, default=repr)
+    """A game state as text: the same for two games of one seed (content and state keys)."""
+    return json.dumps(state, sort_keys=True, default=_plain)
 
 
 class TextArenaEnv(SuiteEnv):
@@ -111,7 +125,9 @@ class TextArenaEnv(SuiteEnv):
             raise ConfigError(f"{self.name}: bad env.config {self.config!r}: {e}") from None
 
     def _call(self, fn, *args, **kwargs):
-        with _own_random(self._rng) as box:
+        """``fn`` run with this episode's random state, its prints (some games print their generator's
+        retries) kept off the command's output."""
+        with _own_random(self._rng) as box, contextlib.redirect_stdout(io.StringIO()):
             out = fn(*args, **kwargs)
         self._rng = box[0]
         return out
