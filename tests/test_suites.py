@@ -146,13 +146,13 @@ def test_twx_coin_gold_path_invalid_actions_and_one_shared_jvm():
     cls = env_class("twx:coin")
     assert pickle.loads(pickle.dumps(cls)) is cls
     env, other = make_env(cls, split="test", config=COIN), make_env(cls, split="test", config=COIN)
-    assert _JVM.gateway is None  # constructing starts nothing
+    assert _JVM.shared is None  # constructing starts nothing
     for seed in range(3):
         results = play_expert(env, seed)
         assert results[-1].done and results[-1].info == {"success": True, "valid_action": True, "suite_reward": 1.0}
         assert [r.reward for r in results] == [0.0] * (len(results) - 1) + [1.0]
     other.reset(0)
-    assert _JVM.users == 2  # two games, one Java process
+    assert _JVM.shared.users == 2 and env._jvm is other._jvm  # two games, one Java process
     first = env.reset(7)
     assert first.startswith("Your task is to search the environment and find the coin.") and "Valid actions:" in first
     key = env.state_key()
@@ -169,7 +169,29 @@ def test_twx_coin_gold_path_invalid_actions_and_one_shared_jvm():
     assert env.state_key() == mid
     env.close()
     other.close()
-    assert _JVM.gateway is None and _JVM.users == 0  # the last close stops the JVM
+    assert _JVM.shared is None and not _JVM.live  # the last close stops the JVM
+
+
+def test_twx_sorting_games_of_one_seed_played_side_by_side_each_solve():
+    """A group: two sorting games of one seed, reset one after the other and played in turns. In one JVM the
+    second generation takes the first game's objects ("take 8g of brass" turned invalid); each sorting game has
+    a JVM of its own."""
+    from selfevolve.envs.suites.twx import _JVM
+
+    cls = env_class("twx:sorting")
+    a, b = make_env(cls, split="test"), make_env(cls, split="test")
+    try:
+        a.reset(0)
+        b.reset(0)
+        assert a._jvm is not b._jvm and a.render() == b.render()
+        for move in list(a._gold):
+            ra, rb = a.step(move), b.step(move)
+            assert ra.info["valid_action"] and rb.info["valid_action"]
+        assert ra.info["success"] and rb.info["success"]
+    finally:
+        a.close()
+        b.close()
+    assert not _JVM.live
 
 
 def test_twx_splits_are_content_disjoint_within_the_suites_folds():
@@ -250,4 +272,4 @@ def test_one_training_step_per_suite_with_the_experts_warm_start(name, options, 
     metrics = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert '"warm/loss_bc_first"' in metrics[0]
     assert (tmp_path / "checkpoints").is_dir()
-    assert _JVM.gateway is None  # every environment the trainer made was closed
+    assert not _JVM.live  # every environment the trainer made was closed, and with them the JVM

@@ -6,7 +6,8 @@ peckingorder) in Java; Python talks to it through py4j. What the adapter adds (`
 - **One Java process per Python process.** The package's own ``TextWorldExpressEnv`` starts a JVM for every
   instance; the trainer plays dozens of episodes at once, so every environment here gets its own game object
   (``PythonInterface``) in one shared JVM, started on the first ``reset`` and stopped when the last environment
-  is closed. Constructing an environment starts nothing.
+  is closed. Constructing an environment starts nothing. The exception is ``sorting`` (``OWN_JVM``), whose
+  generator shares objects between two games of one seed in a JVM: each of its environments has its own.
 - **Splits**: ``train`` plays the suite's train fold, ``test`` its test fold, each keeping only the games whose
   content key (the task and the whole map: every room with its objects and exits; for the games without rooms,
   the first observation and the gold path) hashes to its side (``common.py``), so the two never share a game
@@ -39,52 +40,70 @@ JAVA_HINT = "install Java (Debian: apt-get install default-jre-headless; `make s
 
 
 # ------------------------------------------------------------------------------------------ the Java process
+# Games whose generator shares objects between two games of one seed in one JVM: generating the seed again
+# (another environment of the same group) takes the objects out of the first game's rooms (sorting's quantities:
+# "take 8g of brass" became invalid). Each of their environments gets a JVM of its own.
+OWN_JVM = frozenset({"sorting"})
+
+
 class _JVM:
-    """The process's one TextWorldExpress JVM, shared by every environment that holds a game in it."""
+    """A TextWorldExpress Java process and the game objects in it. ``_JVM.shared`` is the process's one JVM for
+    the games that can share one; a game of ``OWN_JVM`` gets a private one."""
 
     lock = threading.Lock()
-    gateway = None
-    users = 0
+    shared: "_JVM | None" = None
+    live: "set[_JVM]" = set()  # every JVM running (stopped at exit)
+
+    def __init__(self):
+        self.gateway = _launch()
+        self.users = 0
+        _JVM.live.add(self)
 
     @classmethod
-    def acquire(cls):
-        """A new game object in the JVM (started if it is not running)."""
+    def acquire(cls, own: bool = False) -> tuple["_JVM", Any]:
+        """``(jvm, game object)``: a new game object in the shared JVM (started if it is not running), or in a
+        JVM of its own."""
         with cls.lock:
-            if cls.gateway is None:
-                cls.gateway = _launch()
-            cls.users += 1
-            return cls.gateway.jvm.textworldexpress.runtime.PythonInterface()
+            if own:
+                jvm = cls()
+            else:
+                if cls.shared is None:
+                    cls.shared = cls()
+                jvm = cls.shared
+            jvm.users += 1
+            return jvm, jvm.gateway.jvm.textworldexpress.runtime.PythonInterface()
 
-    @classmethod
-    def release(cls, game) -> None:
-        """Forget a game object; the JVM stops with the last one."""
-        with cls.lock:
-            if cls.gateway is None:
-                return
+    def release(self, game) -> None:
+        """Forget a game object; the JVM stops with its last one."""
+        with _JVM.lock:
             try:
-                cls.gateway.detach(game)
+                self.gateway.detach(game)
             except Exception:  # noqa: BLE001 - a JVM that died already holds nothing to forget
                 pass
-            cls.users -= 1
-            if cls.users <= 0:
-                cls.stop()
+            self.users -= 1
+            if self.users <= 0:
+                self.stop()
 
-    @classmethod
-    def stop(cls) -> None:
-        gateway, cls.gateway, cls.users = cls.gateway, None, 0
-        if gateway is None:
-            return
-        process = gateway.java_process
+    def stop(self) -> None:
+        if _JVM.shared is self:
+            _JVM.shared = None
+        _JVM.live.discard(self)
+        process = self.gateway.java_process
         try:
-            gateway.shutdown()
+            self.gateway.shutdown()
         except Exception:  # noqa: BLE001 - shutting down a broken connection: the process is ended below
             pass
         if process is not None and process.poll() is None:
             process.terminate()
             process.wait(timeout=10)
 
+    @classmethod
+    def stop_all(cls) -> None:
+        for jvm in list(cls.live):
+            jvm.stop()
 
-atexit.register(_JVM.stop)
+
+atexit.register(_JVM.stop_all)
 
 
 def _launch():
@@ -161,7 +180,7 @@ class TWXEnv(SuiteEnv):
             raise ConfigError(f"{self.name} option 'show_actions' must be true or false, got {show_actions!r}")
         self.show_actions = show_actions
         self.params = _params_text(self.config)
-        self._game = None  # the game object in the JVM, made on the first reset
+        self._jvm = self._game = None  # the JVM and the game object in it, made on the first reset
         self._seed = 0
         self._actions: list[str] = []  # the valid actions played since reset (replayed by snapshots)
         self._gold: list[str] = []
@@ -173,13 +192,13 @@ class TWXEnv(SuiteEnv):
     # ---------------------------------------------------------------- the game in Java
     def _open(self):
         if self._game is None:
-            game = _JVM.acquire()
+            jvm, game = _JVM.acquire(own=self.game in OWN_JVM)
             error = game.load(self.game, self.params)
             if error:
-                _JVM.release(game)
+                jvm.release(game)
                 raise ConfigError(f"{self.name}: TextWorldExpress refused env.config {self.config!r}: "
                                   f"{str(error).strip()}")
-            self._game = game
+            self._jvm, self._game = jvm, game
         return self._game
 
     def fold_seeds(self, fold: str) -> list[int]:
@@ -289,8 +308,8 @@ class TWXEnv(SuiteEnv):
 
     def close(self) -> None:
         if self._game is not None:
-            game, self._game = self._game, None
-            _JVM.release(game)
+            jvm, game, self._jvm, self._game = self._jvm, self._game, None, None
+            jvm.release(game)
 
     examples = _GoldExamples()  # type: ignore[assignment]
 
