@@ -236,6 +236,17 @@ def test_rg_maze_answers_retries_and_splits():
         make_env(cls, config={"max_grid_sizee": 6})
 
 
+def test_rg_reference_answers_that_the_scorer_refuses_are_no_expert():
+    """graph_color accepts every proper colouring and keeps a placeholder as its reference answer: no expert,
+    no few-shot example, and the game still plays (a wrong colouring scores 0)."""
+    cls = env_class("rg:graph_color")
+    env = make_env(cls, split="test")
+    env.reset(2)
+    assert not env.has_expert() and env.expert_action() is None and cls.examples == []
+    result = env.step("not a colouring")
+    assert result.done and result.info == {"success": False, "valid_action": True, "suite_reward": 0.0}
+
+
 # ---------------------------------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize("name, hide, needle", [
     ("rg:maze", "sys.modules['reasoning_gym'] = None", "needs the package reasoning-gym"),

@@ -11,14 +11,16 @@ a seed. What the adapter adds (``docs/environments.md``, "reasoning-gym"):
   hash is on its side (``common.py``), so train and test never share a question.
 - **Success** is a score of 1; the score itself is ``info["suite_reward"]`` (and the reward with
   ``reward=suite``). An empty reply is an invalid answer (the penalty; it uses up a try).
-- **Expert**: the reference answer (few-shot example and warm start).
+- **Expert**: the reference answer (few-shot example and warm start), where the scorer gives it 1: some
+  datasets accept many answers and keep a placeholder (boxnet, graph_color, propositional_logic, rubiks_cube,
+  rush_hour), and have neither expert nor example.
 """
 
 from __future__ import annotations
 
 import copy
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult
 from selfevolve.envs.suites import INSTALL, Unavailable
@@ -54,6 +56,7 @@ class ReasoningGymEnv(SuiteEnv):
     """
 
     suite = "rg"
+    gold_scores: ClassVar[bool] = False  # the dataset's reference answers score 1 (checked on an example)
 
     def __init__(self, split: str = "train", invalid_penalty: float = 0.1, reward: str = "success",
                  retries: int = 0, config: dict | None = None):
@@ -70,11 +73,13 @@ class ReasoningGymEnv(SuiteEnv):
                 if hasattr(settings, "validate"):
                     settings.validate()
             except (TypeError, ValueError, AssertionError) as e:
-                raise ConfigError(f"{self.name}: bad env.config {self.config!r}: {e}") from None
+                what = f"bad env.config {self.config!r}" if self.config else "the dataset refuses its default settings"
+                raise ConfigError(f"{self.name}: {what}: {e}") from None
         self._entry: dict[str, Any] | None = None
         self._attempts = 0
         self._score = 0.0
         self._last = ""
+        self._gold_ok = False
         self.done = False
 
     def _items(self):
@@ -84,6 +89,9 @@ class ReasoningGymEnv(SuiteEnv):
         dataset = self._items()
         self._entry = self.draw(seed, lambda s: dataset[s % SIZE], lambda entry: str(entry["question"]))
         self._attempts, self._score, self.done = 0, 0.0, False
+        # a reference answer is an expert only where the scorer takes it (some datasets accept many answers and
+        # store a placeholder: boxnet, graph_color, rush_hour, ...)
+        self._gold_ok = self._scored(str(self._entry["answer"])) >= 1.0
         self._last = str(self._entry["question"])
         return self._last
 
@@ -134,10 +142,12 @@ class ReasoningGymEnv(SuiteEnv):
         return self._score
 
     def has_expert(self) -> bool:
-        return True
+        return self.gold_scores
 
     def expert_action(self) -> str | None:
-        return None if self._entry is None or self.done else str(self._entry["answer"])
+        if self._entry is None or self.done or not self._gold_ok:
+            return None
+        return str(self._entry["answer"])
 
     def reference_text(self) -> str:
         """The reference answer (what an LLM judge compares with)."""
@@ -170,17 +180,22 @@ def game_class(dataset: str) -> type[ReasoningGymEnv]:
     cls.instructions = (f"reasoning-gym {dataset}: solve the puzzle in the message. Reply with the answer only, "
                         f"in the format the question asks for.")
     cls.examples = _examples(cls)
+    cls.gold_scores = bool(cls.examples)
     return cls
 
 
 def _examples(cls: type[ReasoningGymEnv]) -> list[tuple[str, str]]:
-    """One solved training question (question, reference answer)."""
+    """One solved training question (question, reference answer); none where the reference answer does not
+    score 1 (then the dataset has no expert either)."""
     env = cls(split="train")
     try:
         question = env.reset(0)
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - a dataset that fails to generate cannot be played at all
         raise Unavailable(f"env {cls.name!r} does not generate questions here ({type(e).__name__}: {e})") from None
-    return [(question, env.expert_action() or "")]
+    answer = env.expert_action()
+    return [] if answer is None else [(question, answer)]
 
 
 ADAPTER = ReasoningGymEnv  # what selfevolve.envs.suites.adapters() lists
