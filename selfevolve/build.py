@@ -9,21 +9,25 @@ from __future__ import annotations
 from selfevolve.agent.context import ContextSpec
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import Config
-from selfevolve.envs import ENVS
+from selfevolve.envs import check_env_config, env_class
 from selfevolve.envs.base import TextEnv
-from selfevolve.errors import ConfigError, unknown_name
+from selfevolve.errors import ConfigError
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
 
 
 def resolve_env(cfg: Config, env: type[TextEnv] | None) -> type[TextEnv]:
+    """The environment class of a run: ``env`` (a TextEnv subclass given in Python) or the class ``env.name``
+    names. The ``env.*`` and ``eval.env.*`` options are checked against that class, before anything slow."""
     if env is not None:
         if not (isinstance(env, type) and issubclass(env, TextEnv)):
             raise ConfigError(f"env must be a TextEnv subclass, got {env!r}")
-        return env
-    if cfg.env.name not in ENVS:
-        raise unknown_name("env", cfg.env.name, ENVS)
-    return ENVS[cfg.env.name]
+        cls = env
+    else:
+        cls = env_class(cfg.env.name)
+    check_env_config(cls, getattr(cls, "name", cls.__name__) if env is not None else cfg.env.name,
+                     cfg.env.options(), cfg.eval.env)
+    return cls
 
 
 def build_policy(cfg: Config, value_head: str | None = None) -> Policy:

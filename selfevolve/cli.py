@@ -381,6 +381,37 @@ def export(
               highlight=False, soft_wrap=True)
 
 
+BENCH_HELP = """Compare an agent with the untrained model and the random valid policy on a list of environments:
+one table (markdown, and JSON with --out) of greedy success, pass@k (eval.pass_k=K), the untrained model's greedy
+success and the random valid policy's success, on the same held-out tasks. SUITE_OR_LIST is a suite (builtin,
+textarena, twx, rg), names separated by commas (twx:coin,rg:maze,frozenlake) or a YAML file of {name, options}.
+--agent is a run folder, an exported model folder, or openai:MODEL with llm_api.base_url=URL; without it the
+untrained model (model.name) is benchmarked. Overrides: eval.episodes=N, eval.pass_k=K, model.name, agent.*,
+llm_api.*, e.g.:
+
+    selfevolve bench twx,rg --agent runs/default eval.episodes=16 --out runs/bench"""
+
+
+@app.command(
+    help=BENCH_HELP,
+    short_help="Compare an agent, the untrained model and a random policy on a list of environments.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def bench(
+    suite: str = typer.Argument(..., metavar="SUITE_OR_LIST"),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE ...]"),
+    agent: Optional[str] = typer.Option(None, "--agent", help="Run folder, exported model folder or openai:MODEL."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to write bench.md and bench.json to."),
+) -> None:
+    def run(cfg):
+        from selfevolve.bench import run_bench
+
+        return run_bench(suite, cfg, agent, out_dir, console=err)
+
+    _, report = _with_config(overrides or [], run)
+    out.print(report["markdown"], highlight=False, soft_wrap=True, markup=False)
+
+
 def main() -> None:
     try:
         with stop_on_sigterm():

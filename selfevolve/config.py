@@ -76,25 +76,6 @@ class Config(_Section):
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
     @model_validator(mode="after")
-    def _check_env(self):
-        from selfevolve.envs import ENVS, env_options
-
-        if self.env.name in ENVS:
-            allowed = env_options(ENVS[self.env.name])
-            for key in self.env.options():
-                if key not in allowed:
-                    raise ValueError(
-                        f"env.{key}: not an option of env {self.env.name!r}; allowed: "
-                        f"{', '.join(['name', *allowed])}"
-                    )
-            for key in self.eval.env or {}:
-                if key not in allowed:  # the environment is fixed by env.name: only its options may change
-                    raise ValueError(
-                        f"eval.env.{key}: not an option of env {self.env.name!r}; allowed: {', '.join(allowed)}"
-                    )
-        return self
-
-    @model_validator(mode="after")
     def _check_experience(self):
         x = self.experience
         if x.enabled and self.rollout.search != "sample":
@@ -335,6 +316,13 @@ def config_sections() -> list[tuple[str, list[tuple[str, str, str, str]]]]:
             ann = f.annotation
             if inspect.isclass(ann) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name}.")
+                if ann is EnvConfig:
+                    from selfevolve.envs import ENVS, env_options
+                    from selfevolve.envs.suites import adapters
+
+                    for env_name, cls in [*ENVS.items(), *adapters().items()]:
+                        opts = ", ".join(f"{k}={v!r}" for k, v in env_options(cls).items())
+                        lines.append(f"  {prefix}{name}.<option> for {env_name}: {opts}")
                 continue
             default = f.default if f.default_factory is None else f.default_factory()
             rows.append((f"{prefix}{name}", type_name(ann), yaml_value(default), f.description or ""))

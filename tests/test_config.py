@@ -156,25 +156,36 @@ def test_invalid_literal():
     assert "model.dtype" in msg and "bf16" in msg and "fp32" in msg
 
 
+def env_error(*overrides: str, env=None) -> str:
+    """The one-line error of the environment options of a config: checked against the class that is used
+    (``resolve_env``, the trainer's first step), since ``Trainer(cfg, env=MyEnv)`` may bring its own."""
+    from selfevolve.train.build import resolve_env
+
+    cfg = load_config(overrides=list(overrides))  # load_config cannot know the class yet: it accepts them
+    with pytest.raises(ConfigError) as e:
+        resolve_env(cfg, env)
+    msg = str(e.value)
+    assert "\n" not in msg.strip(), msg
+    return msg
+
+
 def test_unknown_env_option():
-    msg = config_error("env.sizee=3")
+    msg = env_error("env.sizee=3")
     assert "env.sizee" in msg and "frozenlake" in msg
     assert "size" in msg.split("allowed")[1] and "slippery" in msg
 
 
 def test_unknown_env_option_for_sokoban():
-    msg = config_error("env.name=sokoban", "env.size=3")
+    msg = env_error("env.name=sokoban", "env.size=3")
     assert "env.size" in msg and "sokoban" in msg and "dim_room" in msg
 
 
 def test_unknown_env_name_passes_config_but_is_rejected_by_the_trainer():
     """``env.name`` may name a TextEnv class passed in Python, so load_config accepts it; the trainer and
-    ``make_env`` reject an unknown *name* with the allowed names."""
-    from selfevolve.train.trainer import resolve_env
-
-    cfg = load_config(overrides=["env.name=chess"])
-    with pytest.raises(ConfigError, match=r"unknown env 'chess'; allowed: frozenlake, shop, sokoban, tables"):
-        resolve_env(cfg, None)
+    ``make_env`` reject an unknown *name* with the allowed names and the suites' forms."""
+    msg = env_error("env.name=chess")
+    assert msg == ("unknown env 'chess'; allowed: frozenlake, shop, sokoban, tables, or a suite's game: "
+                   "textarena:<EnvId>, twx:<game>, rg:<dataset>")
 
 
 def test_override_without_equals():

@@ -11,11 +11,12 @@ from __future__ import annotations
 from selfevolve.rollout.collect import LocalRollouts
 
 
-def make_rollouts(cfg, env_cls, env_options: dict, builder, experience=None, console=None):
+def make_rollouts(cfg, env_cls, env_options: dict, builder, experience=None, console=None, pool=None):
     """The collector of ``cfg.distributed.backend``: :class:`LocalRollouts` or ``RayRollouts`` (both
-    ``collect(policy, tasks, step) -> (trajectories, stats, metrics)`` and ``close()``)."""
+    ``collect(policy, tasks, step) -> (trajectories, stats, metrics)`` and ``close()``). ``pool``: where local
+    rollouts take their environments (an ``EnvPool``, the trainer's, which it closes); Ray workers make their own."""
     if cfg.distributed.backend == "ray":
         from selfevolve.distributed.ray_rollout import RayRollouts
 
         return RayRollouts(cfg, env_cls, env_options, console=console)
-    return LocalRollouts(cfg, env_cls, env_options, builder, experience)
+    return LocalRollouts(cfg, env_cls, env_options, builder, experience, pool=pool)

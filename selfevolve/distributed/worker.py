@@ -44,6 +44,7 @@ class RolloutWorker:
         from selfevolve.config import Config
         from selfevolve.envs import make_env
         from selfevolve.build import build_policy, build_prompt
+        from selfevolve.envs.pool import EnvPool
 
         self.name = name
         cfg = Config.model_validate(cfg_data)
@@ -52,6 +53,7 @@ class RolloutWorker:
         self.cfg, self.env_cls, self.env_options = cfg, env_cls, env_options
         self.policy = build_policy(cfg)  # no value head: the driver reads values in its update
         self.builder = build_prompt(cfg, self.policy, make_env(env_cls, **env_options))
+        self.pool = EnvPool(env_cls, env_options)  # the episodes' environments, reused across calls
         self.version: int | None = None  # the version of the weights it holds; None until the first push
         self._stall = 0.0
 
@@ -77,7 +79,7 @@ class RolloutWorker:
             raise StaleWeights(f"{self.name} holds weights version {self.version}, asked to sample with {version}")
         stats = RolloutStats()
         trajs = play_episodes(self.policy, self.builder, self.env_cls, self.env_options, episodes,
-                              run_seed=self.cfg.seed, step=step, version=version, stats=stats)
+                              run_seed=self.cfg.seed, step=step, version=version, stats=stats, pool=self.pool)
         return trajs, stats
 
     def stall(self, seconds: float) -> None:

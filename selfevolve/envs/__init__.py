@@ -1,4 +1,9 @@
-"""Text environments: the protocol (:class:`TextEnv`), the built-in worlds and a small registry."""
+"""Text environments: the protocol (:class:`TextEnv`), the built-in worlds and a small registry.
+
+Names: the built-in worlds of ``ENVS`` (``frozenlake``, ``sokoban``, ``shop``, ``tables``) and the suites'
+``PREFIX:GAME`` (``textarena:FrozenLake-v0``, ``twx:coin``, ``rg:maze``; ``envs/suites/``), resolved by
+:func:`env_class`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.frozenlake import FrozenLakeEnv
 from selfevolve.envs.sokoban import SokobanEnv, solve
-from selfevolve.errors import ConfigError, unknown_name
+from selfevolve.errors import ConfigError
 
 # The tool worlds subclass TextEnv from envs.base, which is loaded above: importing them here is safe (and
 # selfevolve.worlds imports this package first, so the cycle resolves the same way from either side).
@@ -18,7 +23,38 @@ from selfevolve.worlds.tables import TablesEnv  # noqa: E402
 ENVS: dict[str, type[TextEnv]] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv, "shop": ShopEnv,
                                   "tables": TablesEnv}
 
-__all__ = ["ENVS", "FrozenLakeEnv", "ShopEnv", "SokobanEnv", "TablesEnv", "StepResult", "TextEnv", "env_options", "make_env", "solve"]
+__all__ = ["ENVS", "FrozenLakeEnv", "ShopEnv", "SokobanEnv", "TablesEnv", "StepResult", "TextEnv", "check_env_config",
+           "env_class", "env_options", "make_env", "solve"]
+
+
+def env_class(name: str) -> type[TextEnv]:
+    """The environment class a name stands for: a built-in world of ``ENVS`` or a suite's ``PREFIX:GAME``.
+    ConfigError for an unknown name; :class:`~selfevolve.envs.suites.Unavailable` (a ConfigError) for a suite's
+    game that cannot run on this machine, with the reason."""
+    if not isinstance(name, str):
+        raise ConfigError(f"env name must be a string, got {name!r}")
+    key = name.strip().lower()
+    if key in ENVS:
+        return ENVS[key]
+    if ":" in key:
+        from selfevolve.envs.suites import suite_class
+
+        return suite_class(name)
+    from selfevolve.envs.suites import FORMS
+
+    raise ConfigError(f"unknown env {name!r}; allowed: {', '.join(sorted(ENVS))}, or a suite's game: {FORMS}")
+
+
+def check_env_config(env_cls: type[TextEnv], env_name: str, options: dict, eval_options: dict | None) -> None:
+    """``env.<option>`` and ``eval.env.<option>`` keys must be options of the class that is used (a registered
+    one or the caller's own TextEnv subclass), checked before anything slow starts."""
+    allowed = env_options(env_cls)
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"env.{key}: not an option of env {env_name!r}; allowed: {', '.join(['name', *allowed])}")
+    for key in eval_options or {}:
+        if key not in allowed:  # the environment is fixed by env.name: only its options may change
+            raise ConfigError(f"eval.env.{key}: not an option of env {env_name!r}; allowed: {', '.join(allowed)}")
 
 
 def _params(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:
@@ -66,16 +102,13 @@ def _check_type(env_name: str, key: str, value: Any, default: Any) -> None:
 
 
 def make_env(name_or_class: str | type[TextEnv], **options: Any) -> TextEnv:
-    """Build an environment from a registered name (see ``ENVS``) or a :class:`TextEnv` subclass.
+    """Build an environment from a name (see :func:`env_class`) or a :class:`TextEnv` subclass.
 
     Unknown names, unknown options and wrong-typed values raise :class:`~selfevolve.errors.ConfigError`
     naming the culprit and what is allowed.
     """
     if isinstance(name_or_class, str):
-        key = name_or_class.strip().lower()
-        if key not in ENVS:
-            raise unknown_name("env", name_or_class, ENVS)
-        cls = ENVS[key]
+        cls = env_class(name_or_class)
     elif isinstance(name_or_class, type) and issubclass(name_or_class, TextEnv):
         cls = name_or_class
     else:

@@ -41,7 +41,14 @@ class TextEnv(ABC):
       listing, for chat templates that render tools themselves.
 
     Subclasses implement :meth:`reset` and :meth:`step`. The defaults of :meth:`snapshot`/:meth:`restore`
-    deep-copy ``self.__dict__``, which is exact for any environment whose state lives in plain Python objects.
+    deep-copy ``self.__dict__``, which is exact for any environment whose state lives in plain Python objects;
+    when that copy fails (a live engine, a process handle) search replays the episode's moves instead
+    (``envs/replay.py``), or the environment gives its own snapshots.
+
+    Lifetime: the trainer makes environments once and reuses them across episodes (``reset`` starts a new one;
+    set ``reusable = False`` if yours cannot), and calls :meth:`close` on every environment it made. The
+    constructor should only check options and keep them: probes (the prompt builder, the warm start's
+    :meth:`has_expert`) construct environments without playing, so anything costly starts in ``reset``.
     """
 
     name: ClassVar[str] = "env"
@@ -52,6 +59,7 @@ class TextEnv(ABC):
     # ``instructions`` when the model's chat template renders the schemas itself (see agent/prompt.py).
     tools: ClassVar[list[dict[str, Any]] | None] = None
     tool_instructions: ClassVar[str] = ""
+    reusable: ClassVar[bool] = True  # reset(seed) starts a clean episode: one instance may play many
 
     @abstractmethod
     def reset(self, seed: int) -> str:
@@ -89,6 +97,16 @@ class TextEnv(ABC):
         """
         return None
 
+    def has_expert(self) -> bool:
+        """Whether :meth:`expert_action` can answer, told without starting a game (the warm start asks before
+        it plays). The default: whether the class overrides ``expert_action``."""
+        return type(self).expert_action is not TextEnv.expert_action
+
+    def valid_actions(self) -> list[str] | None:
+        """The actions that are valid in the current state, where the world can list them (the random valid
+        policy of ``selfevolve bench`` draws from them); None where it cannot."""
+        return None
+
     def progress(self) -> float:
         """A heuristic in [0, 1] of how close the episode is to success (search scorers, metrics)."""
         return 0.0
@@ -98,3 +116,7 @@ class TextEnv(ABC):
 
     def restore(self, snapshot: Any) -> None:
         self.__dict__.update(copy.deepcopy(snapshot))
+
+    def close(self) -> None:
+        """Release what the environment holds outside Python (a process, a connection). The trainer calls it
+        on every environment it made; the default holds nothing."""

@@ -87,18 +87,20 @@ class OpenAIBackend:
         self.retries = 0  # retries made over the backend's life (each also in its call's llm_calls.jsonl row)
         self._lock = threading.Lock()  # the requests of a batch run in threads
 
-    def chat(self, conversations: list[list[dict]], max_new_tokens: int) -> list[tuple[str, int]]:
-        """``(reply, retries)`` per conversation, greedy (temperature 0); LLMBackendError when one fails."""
+    def chat(self, conversations: list[list[dict]], max_new_tokens: int,
+             temperature: float = 0.0) -> list[tuple[str, int]]:
+        """``(reply, retries)`` per conversation, greedy (temperature 0) unless a ``temperature`` is given
+        (``selfevolve bench`` samples for pass@k); LLMBackendError when one fails."""
         workers = max(1, min(self.spec.concurrency, len(conversations)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-api") as pool:
-            return list(pool.map(lambda msgs: self._one(msgs, max_new_tokens), conversations))
+            return list(pool.map(lambda msgs: self._one(msgs, max_new_tokens, temperature), conversations))
 
-    def _one(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int]:
+    def _one(self, messages: list[dict], max_new_tokens: int, temperature: float = 0.0) -> tuple[str, int]:
         delays = backoff_delays(self.spec.backoff, self.spec.retries)
         for attempt in range(len(delays) + 1):
             try:
                 reply = self.client.chat.completions.create(
-                    model=self.model, messages=messages, max_tokens=max_new_tokens, temperature=0.0)
+                    model=self.model, messages=messages, max_tokens=max_new_tokens, temperature=temperature)
                 content = reply.choices[0].message.content if reply.choices else None
                 return content or "", attempt  # an empty reply is the caller's to count as malformed
             except Exception as error:  # noqa: BLE001 - sorted below; nothing is swallowed

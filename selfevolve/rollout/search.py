@@ -15,7 +15,8 @@ critic prompt; PPO: at the last prompt token; 0 at a finished episode), which ke
 only the episode's end is rewarded; ``weighted`` = a weighted sum of the three.
 
 Everything is batched: each turn, the candidates of every search go through one generation call. Environments
-branch by ``snapshot``/``restore`` (one scratch environment per search). Shared prefixes are never re-encoded:
+branch by ``snapshot``/``restore`` (one scratch environment per search), or by replaying the moves from the seed
+for a world that cannot be copied (``envs/replay.py``). Shared prefixes are never re-encoded:
 a child starts from a copy of its parent's key/value cache (``SamplerState.gather``), so each turn encodes only the
 new observation tokens, for every candidate and every lookahead continuation.
 
@@ -33,10 +34,12 @@ from typing import Any, Callable
 
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import PromptBuilder
+from selfevolve.agent.parsing import parse_action
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import content_digest
 from selfevolve.models.sampler import Sampler, SamplerState, Stream
 from selfevolve.rollout.runner import RolloutStats, _context_calls, play, request_of, rollout
+from selfevolve.envs.replay import restore_snapshot, take_snapshot
 from selfevolve.types import Step, Task, Trajectory
 
 SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
@@ -183,7 +186,9 @@ class _Searcher:
         last = steps[-1] if steps else None
         info = last.info if last else {}
         done = bool(last.done) if last else False
-        node = Node(self.next_id, parent.id if parent else None, search, env.snapshot(), context, steps, done=done,
+        # the world's own snapshot, or a replay of the moves when it cannot be copied (envs/replay.py)
+        snap = take_snapshot(env, self.tasks[search].seed, [parse_action(s.action_text) for s in steps])
+        node = Node(self.next_id, parent.id if parent else None, search, snap, context, steps, done=done,
                     failed=done and not info.get("truncated", False) and not info.get("success", False),
                     success=bool(info.get("success", False)), progress=float(env.progress()))
         self.next_id += 1
@@ -238,7 +243,7 @@ class _Searcher:
         for k, i in enumerate(rows):
             parent = parents[i]
             env = self.envs[parent.search]
-            env.restore(parent.snapshot)
+            restore_snapshot(env, parent.snapshot)
             text = self.policy.decode(gen.ids[k])
             step = play(env, text, gen, k, prompts[k], last_turn=turn == self.max_turns - 1,
                         calls=list(parent.context.calls))

@@ -11,6 +11,7 @@ naming another split), the tasks whose content the run trained on are counted as
 from __future__ import annotations
 
 from selfevolve.envs import env_options, make_env
+from selfevolve.envs.pool import close_all
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
 from selfevolve.train.metrics import intent_success
@@ -32,8 +33,19 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
     episodes (recalled examples make prompts long; this bounds the caches' memory). ``accumulate``: SEER's
     test-time accumulation — each chunk's verified successes join a scratch copy of the pool before the next
     chunk (the run's own pool never sees test tasks)."""
-    tasks = eval_tasks(make_env(env_cls, **env_options), episodes, seed_offset)
+    probe = make_env(env_cls, **env_options)  # the split's contents (closed: a suite's game may hold an engine)
+    try:
+        tasks = eval_tasks(probe, episodes, seed_offset)
+    finally:
+        probe.close()
     envs = [make_env(env_cls, **env_options) for _ in tasks]
+    try:
+        return _greedy(policy, envs, tasks, builder, experience, accumulate, chunk)
+    finally:
+        close_all(envs)
+
+
+def _greedy(policy, envs, tasks, builder, experience, accumulate: bool, chunk: int):
     if experience is None:
         return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
     pool = experience.pool.scratch_copy() if accumulate else experience.pool
@@ -89,7 +101,10 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
         envs = [make_env(env_cls, **env_options) for _ in rep]
         gen = policy.stream(sample_seed)
         guide = experience.guide(rep, pass_k, training=False) if experience is not None else None
-        sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen, guide=guide)
+        try:
+            sampled = rollout(policy, envs, rep, builder, max_turns=envs[0].max_turns, generator=gen, guide=guide)
+        finally:
+            close_all(envs)
         solved = {t.task.id for t in sampled if t.success}
         out[f"eval/pass@{pass_k}"] = sum(t.id in solved for t in tasks) / len(tasks)
         # the sampled policy's own success rate (pass@1 estimated from all k samples): moves before greedy does

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from selfevolve.config import Config, save_config
-from selfevolve.envs import ENVS, env_options
-from selfevolve.errors import SelfEvolveError
+from selfevolve.envs import env_class, env_options
+from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.models.llm import LOG as LLM_LOG
 from selfevolve.train.metrics import WARM_LOG
@@ -27,8 +27,11 @@ def _run_view(dump: dict, section: str):
     value = dump.get(section)
     if value is None:  # a run saved before the section existed ran with its defaults
         value = Config().model_dump(mode="json").get(section)
-    if section == "env" and isinstance(value, dict) and value.get("name") in ENVS:
-        value = {**env_options(ENVS[value["name"]]), **value}
+    if section == "env" and isinstance(value, dict):
+        try:
+            value = {**env_options(env_class(value.get("name"))), **value}
+        except ConfigError:  # a user's own class (the caller passes it in Python): compared as written
+            pass
     return value
 
 

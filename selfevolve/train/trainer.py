@@ -40,6 +40,7 @@ from selfevolve.config import Config
 from selfevolve.distributed import make_rollouts
 from selfevolve.envs import make_env
 from selfevolve.envs.base import TextEnv
+from selfevolve.envs.pool import EnvPool, close_all
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.guide import guide_metrics
 from selfevolve.experience.pool import FILE as POOL_FILE
@@ -71,8 +72,9 @@ class Trainer:
         self.cfg = cfg
         self.console = console or Console(stderr=True)
         self.env_options = cfg.env.options()
-        self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early
-        make_env(self.env_cls, **eval_env_options(self.env_cls, self.env_options, cfg.eval.env))  # and eval's
+        self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early (plays nothing)
+        make_env(self.env_cls, **eval_env_options(self.env_cls, self.env_options, cfg.eval.env)).close()  # and eval's
+        self.env_pool = EnvPool(self.env_cls, self.env_options)  # the episodes' environments, reused every step
         need = getattr(self.env_cls, "min_new_tokens", 0)
         if cfg.agent.max_new_tokens < need:
             self.console.print(f"[yellow]warning:[/] agent.max_new_tokens={cfg.agent.max_new_tokens} is too short for "
@@ -118,8 +120,8 @@ class Trainer:
         # reward.attribution=llm|oracle: every step labelled GOOD/BAD for the credit (rewards/attribution.py)
         from selfevolve.rewards.attribution import Attributor
 
-        self.attributor = Attributor.build(cfg, self.policy, make_env(self.env_cls, **self.env_options),
-                                           self.out_dir)
+        self.attributor_env = make_env(self.env_cls, **self.env_options)  # the oracle's own (it replays)
+        self.attributor = Attributor.build(cfg, self.policy, self.attributor_env, self.out_dir)
         self.experience = None  # SEER recall / self-navigating (selfevolve/experience/)
         if cfg.experience.enabled:
             from selfevolve.experience.guide import Experience
@@ -131,7 +133,7 @@ class Trainer:
                 self.experience.rng.setstate(experience_rng)  # the recall shuffles continue exactly
         # where sampled rollouts run: here or on Ray workers (distributed.backend; started on first use)
         self.rollouts = make_rollouts(cfg, self.env_cls, self.env_options, self.builder, self.experience,
-                                      self.console)
+                                      self.console, pool=self.env_pool)
 
     def _resume(self):
         """Restore the run from its latest checkpoint; returns the experience recall's RNG state (None if none:
@@ -208,7 +210,7 @@ class Trainer:
         spec = self.search
         rep = [t for t in tasks for _ in range(self.cfg.algo.group_size // spec.kept_per_search())]
         result = search_rollouts(
-            self.policy, lambda: make_env(self.env_cls, **self.env_options), rep, self.builder, spec,
+            self.policy, self.env_pool.maker(), rep, self.builder, spec,
             max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
             generator=self.generator, rng=self.rng,
             critic_suffix=self.objective.value_suffix,
@@ -266,7 +268,7 @@ class Trainer:
 
         self.judge.step = self.step + 1  # the calls belong to the step being made (resume truncates by it)
         r = self.cfg.reward
-        rules = game_rules(make_env(self.env_cls, **self.env_options))
+        rules = game_rules(self.probe_env)
         return judge_outcomes(self.judge, trajs, r.source, retries=r.judge_retries, rules=rules)
 
     def attribute(self, trajs: list[Trajectory]) -> dict[str, float]:
@@ -355,8 +357,11 @@ class Trainer:
         return {**last, **self.last_eval}
 
     def close(self) -> None:
-        """Stop the rollout workers, if any (the Ray backend); the trainer stays usable (they restart)."""
+        """Stop the rollout workers, if any (the Ray backend), and close every environment made (their engines
+        stop); the trainer stays usable (workers restart, environments are made again)."""
         self.rollouts.close()
+        self.env_pool.close()
+        close_all([self.probe_env, self.attributor_env])
 
     def warm_start(self, logger: MetricsLogger, progress: Progress) -> dict[str, float]:
         """Behaviour cloning on expert episodes (see ``selfevolve/train/warm_start.py``); returns its summary."""

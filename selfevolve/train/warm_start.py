@@ -20,6 +20,7 @@ from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.agent.special_tokens import encode_literal
 from selfevolve.envs import make_env
 from selfevolve.envs.holdout import content_digest
+from selfevolve.envs.pool import EnvPool
 from selfevolve.types import Step, Task, Trajectory
 
 
@@ -28,35 +29,46 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
     eot = builder.eot_id()
     stops = end_of_turn_ids(tokenizer)
     trajs = []
-    for task in tasks:
-        env = make_env(env_cls, **options)
-        ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
-        task.content = content_digest(env)
-        traj = Trajectory(task=task, group_id=task.id)
-        for _ in range(env.max_turns):
-            action = env.expert_action()
-            if action is None:
-                break
-            # literal: a synthesized task's reference call may hold any text, and the model must learn to write
-            # it, not to end its turn in the middle of it (agent/special_tokens.py)
-            ids = encode_literal(tokenizer, action) + [eot]
-            key = env.state_key()
-            obs, reward, done, info = env.step(action)
-            traj.steps.append(Step(prompt_ids=ctx.prompt, action_ids=ids, logprobs=[0.0] * len(ids), action_text=action,
-                                   observation=obs, reward=float(reward), done=bool(done), valid=True,
-                                   state_key=str(key)))
-            traj.success = bool(info.get("success", False))
-            if done:
-                break
-            ctx.advance(ids, action, obs)
-            if ctx.pending:  # an expert has no context call to make: the sliding window stands in
-                ctx.resolve(None, {})
-        assert not traj.steps or traj.steps[-1].action_ids[-1] in stops
-        trajs.append(traj)
+    pool = EnvPool(env_cls, options)  # one environment plays every task in turn (reset starts each afresh)
+    try:
+        for task in tasks:
+            trajs.append(_expert_episode(pool.take(1)[0], task, builder, tokenizer, eot, stops))
+    finally:
+        pool.close()
     return trajs
 
 
+def _expert_episode(env, task: Task, builder, tokenizer, eot: int, stops: set[int]) -> Trajectory:
+    """One task played by the environment's expert, laid out as the model's episodes are."""
+    ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
+    task.content = content_digest(env)
+    traj = Trajectory(task=task, group_id=task.id)
+    for _ in range(env.max_turns):
+        action = env.expert_action()
+        if action is None:
+            break
+        # literal: a synthesized task's reference call may hold any text, and the model must learn to write
+        # it, not to end its turn in the middle of it (agent/special_tokens.py)
+        ids = encode_literal(tokenizer, action) + [eot]
+        key = env.state_key()
+        obs, reward, done, info = env.step(action)
+        traj.steps.append(Step(prompt_ids=ctx.prompt, action_ids=ids, logprobs=[0.0] * len(ids), action_text=action,
+                               observation=obs, reward=float(reward), done=bool(done), valid=True,
+                               state_key=str(key)))
+        traj.success = bool(info.get("success", False))
+        if done:
+            break
+        ctx.advance(ids, action, obs)
+        if ctx.pending:  # an expert has no context call to make: the sliding window stands in
+            ctx.resolve(None, {})
+    assert not traj.steps or traj.steps[-1].action_ids[-1] in stops
+    return traj
+
+
 def has_expert(env_cls, options: dict) -> bool:
+    """Whether the environment has an expert, asked without starting a game (``TextEnv.has_expert``)."""
     env = make_env(env_cls, **options)
-    env.reset(0)
-    return env.expert_action() is not None
+    try:
+        return bool(env.has_expert())
+    finally:
+        env.close()
