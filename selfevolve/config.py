@@ -316,20 +316,14 @@ def config_sections() -> list[tuple[str, list[tuple[str, str, str, str]]]]:
             ann = f.annotation
             if inspect.isclass(ann) and issubclass(ann, BaseModel):
                 walk(ann, f"{prefix}{name}.")
-                if ann is EnvConfig:
-                    from selfevolve.envs import ENVS, env_options
-                    from selfevolve.envs.suites import adapters
-
-                    for env_name, cls in [*ENVS.items(), *adapters().items()]:
-                        opts = ", ".join(f"{k}={v!r}" for k, v in env_options(cls).items())
-                        lines.append(f"  {prefix}{name}.<option> for {env_name}: {opts}")
                 continue
             default = f.default if f.default_factory is None else f.default_factory()
             rows.append((f"{prefix}{name}", type_name(ann), yaml_value(default), f.description or ""))
         if cls is EnvConfig:
             from selfevolve.envs import ENVS, env_options
+            from selfevolve.envs.suites import adapters
 
-            for env_name, env_cls in ENVS.items():
+            for env_name, env_cls in [*ENVS.items(), *adapters().items()]:
                 opts = ", ".join(f"{k}={yaml_value(v)}" for k, v in env_options(env_cls).items())
                 rows.append((f"{prefix}<option>", f"for {env_name}", "", opts))
 
