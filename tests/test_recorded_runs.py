@@ -2,7 +2,8 @@
 ``tests/data/recorded_runs.json``.
 
 The record was written by the code before a restructuring (the objectives, the sampler interface, the typed
-trajectories of issue 40), with ``python tests/test_recorded_runs.py --record``; a change that is meant to keep
+trajectories of issue 40), with ``python tests/test_recorded_runs.py --record``, and written again at 3febb80 (main
+with the content-disjoint held-out splits, before issue 40's branch and the suites' were merged into it); a change that is meant to keep
 behaviour must keep these runs identical. Between them they pass through every estimator and update (GRPO, RLOO,
 GiGPO, PPO, Self-AC both forwards and both ratios), SELAUR shaping, filtering, the KL term, the warm start, step
 attribution, the judge, every search strategy with every value scorer, SEER recall and self-navigating.
@@ -99,7 +100,7 @@ RUNS = {
     "navigate-lake": (["experience.navigate=true", "experience.seed_examples=2", *LAKE], EasyLake),
 }
 
-TIMES = ("time/", "tokens_per_s", "_seconds", "/seconds", "_s_per_turn")  # wall-clock measurements
+TIMES = ("time/", "tokens_per_s", "_seconds", "/seconds", "_s_per_turn", "mem/")  # wall-clock and memory measurements
 VOLATILE = ("seconds", "time", "latency_s")  # keys of logged records that hold wall-clock times
 
 
