@@ -216,6 +216,48 @@ def writer_messages(game: GridGame, profile, board: str, exploration_text: str, 
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
+def llm_candidates(llm, game: GridGame, env_cls, options: dict, world, records: list, n: int,
+                   constrained: bool = False) -> tuple[list[tuple[int, dict]], int]:
+    """The LLM writer's ``(sandbox seed, task)`` candidates from ``records`` (explorations with a valid move),
+    ``n`` asked per exploration, and how many replies held no task list. ``constrained``: a local writer's
+    replies are decoded under the task schema (``questioning/schema.py``)."""
+    from selfevolve.envs import make_env
+    from selfevolve.questioning.schema import game_tasks
+    from selfevolve.questioning.synthesize import parse_tasks
+
+    boards = make_env(env_cls, **game.board_options(options))
+    max_moves = world.max_turns * world.moves_per_turn
+    candidates: list[tuple[int, dict]] = []
+    unparseable = 0
+    for start in range(0, len(records), llm.batch_size):
+        batch = records[start:start + llm.batch_size]
+        earlier = [t["query"] for _, t in candidates]
+        convs, grammars = [], []
+        for r in batch:
+            board = boards.reset(r.seed)
+            convs.append(writer_messages(game, env_cls.profile, board, r.text(), earlier, n, max_moves,
+                                         game.start_text(world, r.seed)))
+            world.reset(r.seed)
+            height, width = board_shape(world)
+            grammars.append(game_tasks(world.moves, height, width, n, max_moves))
+        use = grammars if constrained and llm.constrains else None
+        replies = llm.chat(convs, purpose="write_tasks", grammars=use)
+        for r, reply in zip(batch, replies):
+            found = parse_tasks(reply, bare_steps=True)
+            if found is None:
+                unparseable += 1
+                continue
+            candidates += [(r.seed, t) for t in found[:n]]
+    return candidates, unparseable
+
+
+def board_shape(world) -> tuple[int, int]:
+    """Rows and columns of the board a game was just reset to (FrozenLake's map, Sokoban's room)."""
+    if getattr(world, "desc", None):
+        return len(world.desc), len(world.desc[0])
+    return tuple(world.shape)
+
+
 # ---------------------------------------------------------------------------------------------- filtering
 def verifies(world, task) -> bool:
     """The env, playing ``task``, counts its own reference solved."""
@@ -264,7 +306,6 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     from selfevolve.models.llm import LLM
     from selfevolve.questioning.explore import explore
     from selfevolve.questioning.pipeline import diversity, explorations
-    from selfevolve.questioning.synthesize import parse_tasks
     from selfevolve.train.build import build_policy, build_prompt, load_init_adapter
     from selfevolve.worlds.base import save_tasks
 
@@ -290,25 +331,13 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     counts_unparseable = 0
     candidates: list[tuple[int, dict]] = []
     say(f"writing tasks from {len(useful)} explorations with a valid move (writer: {q.writer})")
-    max_moves = world.max_turns * world.moves_per_turn
     if q.writer == "template":
         candidates = [(r.seed, t) for r in useful for t in game.template(r, world)]
     else:
         llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype,
                   seed=cfg.seed, api=cfg.llm_api)
-        boards = make_env(env_cls, **game.board_options(options))
-        for start in range(0, len(useful), llm.batch_size):
-            batch = useful[start:start + llm.batch_size]
-            earlier = [t["query"] for _, t in candidates]
-            replies = llm.chat([writer_messages(game, profile, boards.reset(r.seed), r.text(), earlier,
-                                                q.tasks_per_exploration, max_moves, game.start_text(world, r.seed))
-                                for r in batch], purpose="write_tasks")
-            for r, reply in zip(batch, replies):
-                found = parse_tasks(reply, bare_steps=True)
-                if found is None:
-                    counts_unparseable += 1
-                    continue
-                candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+        candidates, counts_unparseable = llm_candidates(llm, game, env_cls, options, world, useful,
+                                                        q.tasks_per_exploration, q.constrained)
 
     # ---- filtering, report --------------------------------------------------------------------------------
     kept, counts = check(game, world, lambda: make_env(env_cls, **options), candidates, duplicate=q.duplicate,

@@ -61,7 +61,9 @@ from selfevolve.types import Trajectory
 from selfevolve.view.record import returns_minus_values, trajectory_records
 
 class Trainer:
-    def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
+    def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None, tasks=None):
+        """``tasks``: the training-task source (``next``, ``update``, ``state_dict``, ...) instead of the one the
+        config names (``selfevolve evolve`` trains each round on its task pool: ``evolve/pool.py``)."""
         self.env_cls = resolve_env(cfg, env)
         if env is not None:
             # The saved config names the environment actually trained on (the caller's config is not changed).
@@ -93,13 +95,15 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
-        self.tasks = make_task_source(cfg, getattr(self.env_cls, "name", self.env_cls.__name__))
+        self.tasks = tasks if tasks is not None else make_task_source(cfg, getattr(self.env_cls, "name",
+                                                                                       self.env_cls.__name__))
         self.rng = random.Random(cfg.seed)
         self.generator = torch.Generator(device=self.policy.device).manual_seed(cfg.seed)
         self.step = 0
         self.resumed = False
         self.last_eval: dict[str, float] = {}
         self.seen: set[str] = set()  # digests of the task contents trained on (envs/holdout.py)
+        self.extra_objective = None  # another loss term, run before each optimizer step (train/update.py's extra)
         init_out_dir(self.cfg, self.out_dir)
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             self._resume()
@@ -288,7 +292,7 @@ class Trainer:
             return metrics
         return {**getattr(self, "nav_metrics", {}),
                 **ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, vf_coef=cfg.algo.ppo.vf_coef,
-                             vf_clip=cfg.algo.ppo.vf_clip)}
+                             vf_clip=cfg.algo.ppo.vf_clip, extra=self.extra_objective)}
 
     def _shadow_episode(self, traj: Trajectory, rewards: list[float] | None = None, traj_index: int = 0):
         """``traj`` as a Self-AC shadow-prompt episode (with the final state's critic prompt unless switched off)."""

@@ -22,8 +22,10 @@ from selfevolve.envs.holdout import content_digest
 from selfevolve.types import Step, Task, Trajectory
 
 
-def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer) -> list[Trajectory]:
-    """Play each task with the environment's expert; stop when it has no action (or the episode ends)."""
+def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer, act=None) -> list[Trajectory]:
+    """Play each task with the environment's expert; stop when it has no action (or the episode ends).
+    ``act(env, k)``: the ``k``-th action from another source instead (``selfevolve evolve`` plays the verified
+    reference of a task the agent wrote: ``evolve/imitation.py``)."""
     eot = builder.eot_id()
     stops = end_of_turn_ids(tokenizer)
     trajs = []
@@ -32,8 +34,8 @@ def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenize
         ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
         task.content = content_digest(env)
         traj = Trajectory(task=task, group_id=task.id)
-        for _ in range(env.max_turns):
-            action = env.expert_action()
+        for k in range(env.max_turns):
+            action = env.expert_action() if act is None else act(env, k)
             if action is None:
                 break
             ids = list(tokenizer.encode(action, add_special_tokens=False)) + [eot]
