@@ -25,6 +25,7 @@ from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import FROZENLAKE_GAME, GameExploration
 from selfevolve.train.build import build_policy, build_prompt
 from selfevolve.train.samples import collate
+from selfevolve.view.load import load_run
 from selfevolve.worlds.base import Task as WorldTask
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8", "train.progress=false"]
@@ -217,6 +218,13 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     train1 = load_config(str(straight / "round-1" / "train" / "config.yaml"))
     assert (train1.env.split, train1.train.warm_start_steps) == ("synth", 0)
     assert train1.model.init_from == str(straight / "round-0" / "train")
+
+    # the viewer shows the rounds as one run: round 1's steps follow round 0's, each marked with its round
+    view = load_run(straight)
+    assert view.summary["steps"] == [1, 2, 3, 4] and [f for f in view.summary["facts"] if f[0].startswith("round")] \
+        == [["round 0", "steps 0–2"], ["round 1", "steps 2–4"]]
+    assert {(m["step"], m["round"]) for m in view.summary["metrics"] if m["step"] in (2, 4)} >= {(2, 0), (4, 1)}
+    assert {t["flags"]["round"] for t in view.steps[3]} == {1}
 
     # a crash after round 1's first update, in the same folder: its second checkpoint never written, the round
     # not marked trained; what the uninterrupted run wrote is kept aside to compare

@@ -3,9 +3,12 @@ ones whose reference replays.
 
 - **explore** (:func:`explore_round`): today's explorer (``questioning/explore.py``: batched, breadth then depth)
   on training instances only — the environment's ``split=train`` sandboxes, which never start a held-out map,
-  room or request — with the policy being trained. In a game its answers are masked to the game's moves
-  (``evolve.explore_constrained``, constrained decoding: ``models/constrained.py``), so that even the untrained
-  135M model, which answers the exploration prompt with pieces of the board 121 times in 124, walks.
+  room or request — with the policy being trained. In a game (``evolve.explore_constrained``) each answer is
+  masked to one of the moves its hint names (constrained decoding, ``models/constrained.py``): in breadth a
+  move not tried from this cell, in depth a move onto a cell not visited yet. The policy chooses among them;
+  the hint becomes binding. The untrained 135M model answers the exploration prompt with pieces of the board
+  121 times in 124; masked to the moves alone it said Down on nearly every turn (14 cells reached by 16
+  explorations, all in the first two columns), which made every task a walk down.
 - **hindsight tasks** (:func:`write_tasks`): every state an exploration reached (a game: a cell stood on, a box
   pushed somewhere, a room solved), or value a call returned (a tool world: a look-up's field, a change's
   result), becomes a candidate; its reference is the loop-erased path that reached it (``grid.erased_walks``).
@@ -61,12 +64,25 @@ def explore_round(cfg, env_cls, policy, builder, first_seed: int, seed: int) -> 
         return explore(policy, builder, factory, explorations=q.explorations, steps=q.steps,
                        breadth_steps=q.breadth_steps, entities=entities, seed=seed, first_seed=first_seed,
                        exploration=functools.partial(Exploration, prefill=q.prefill))
+    made: list = []  # the explorations, in the rollout's order
+
+    def make(world, breadth_steps, max_turns, entities=""):
+        made.append(exploration(world, breadth_steps, max_turns, entities))
+        return made[-1]
+
     run = functools.partial(explore, policy, builder, factory, explorations=q.explorations, steps=q.steps,
-                            breadth_steps=q.breadth_steps, seed=seed, first_seed=first_seed, exploration=exploration)
+                            breadth_steps=q.breadth_steps, seed=seed, first_seed=first_seed, exploration=make)
     if not ev.explore_constrained:
         return run()
-    moves = one_of(factory().moves)  # one move per answer: a valid answer whatever moves_per_turn allows
-    with policy.constrained(lambda n: Constrained(policy.tokenizer, [moves() for _ in range(n)])):
+
+    def masked(n: int) -> Constrained:
+        # the rollout asks the explorations still going, in order: each answers with one of its hint's moves
+        active = [e for e in made if not e.over]
+        if len(active) != n:
+            raise RuntimeError(f"{n} replies asked of {len(active)} explorations still going")
+        return Constrained(policy.tokenizer, [one_of(e.allowed_moves())() for e in active])
+
+    with policy.constrained(masked):
         return run()
 
 

@@ -40,6 +40,9 @@ ROW_COL = re.compile(r"row\s*(\d+)\s*[,;]?\s*(?:and\s+)?(?:col(?:umn)?|col\.)\s*
 PAIR = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
+STEP = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}  # a move's direction (row, column)
+
+
 def cell_text(r: int, c: int) -> str:
     """A cell as requests name it: rows and columns count from 1 at the top left."""
     return f"row {r + 1}, column {c + 1}"
@@ -128,19 +131,39 @@ class GridExploration(TextEnv):
     def reset(self, seed: int) -> str:
         board = self.world.reset(seed)  # the ordinary game of this training seed
         self.turn, self.tried, self.visited = 0, set(), {self.game.player(self.world)}
+        self.over = False  # the exploration has ended (the rollout plays it no more)
         self.log: list[dict[str, Any]] = []
         return f"{self.game.brief}\n{board}\n{self.hint()}"
 
     def hint(self) -> str:
-        moves = self.world.moves
+        kind, moves = self.suggested()
+        if kind == "here":
+            return BREADTH_HINT.format(moves=", ".join(moves))
+        if kind == "anywhere":
+            return BREADTH_HINT_ANYWHERE.format(moves=", ".join(moves))
+        return self.game.depth_hint
+
+    def suggested(self) -> tuple[str, list[str]]:
+        """What the hint asks for and its moves: in breadth, the moves not tried from this cell (``"here"``),
+        else those not used anywhere (``"anywhere"``); in depth (``"depth"``), the moves onto a cell not visited
+        yet (one step in the move's direction; a move off the board or back is not one). The move list is
+        what ``allowed_moves`` keeps when answers are masked to the hint (``selfevolve evolve``)."""
+        moves, here = self.world.moves, self.game.player(self.world)
         if self.turn < self.breadth_steps:
-            here = [m for m in moves if (self.game.player(self.world), m) not in self.tried]
-            if here:
-                return BREADTH_HINT.format(moves=", ".join(here))
+            untried = [m for m in moves if (here, m) not in self.tried]
+            if untried:
+                return "here", untried
             anywhere = [m for m in moves if m not in {m for _, m in self.tried}]
             if anywhere:
-                return BREADTH_HINT_ANYWHERE.format(moves=", ".join(anywhere))
-        return self.game.depth_hint
+                return "anywhere", anywhere
+        shape = board_shape(self.world)
+        fresh = [m for m in moves if (cell := (here[0] + STEP[m][0], here[1] + STEP[m][1])) not in self.visited
+                 and 0 <= cell[0] < shape[0] and 0 <= cell[1] < shape[1]]
+        return "depth", fresh
+
+    def allowed_moves(self) -> list[str]:
+        """The moves a masked explorer may answer with now: the hint's, or every move when it names none."""
+        return self.suggested()[1] or list(self.world.moves)
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -165,6 +188,7 @@ class GridExploration(TextEnv):
                      "result": game.result(world, start, after), "moves": moves}
         self.log.append({**entry, **game.turn_fields(world, start, after)})
         done = world_done or self.turn >= self.max_turns
+        self.over = done
         return StepResult(obs if world_done else f"{obs}\n{self.hint()}", 0.0, done,
                           {"success": False, "valid_action": moves is not None, "moves": moves or []})
 
