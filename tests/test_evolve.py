@@ -263,3 +263,40 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
     assert r.exit_code == 2 and "evolve.rounds" in r.output and "Traceback" not in r.output
     r = runner.invoke(cli.app, ["evolve", "model.name=tiny", "env.slippery=true", f"train.out_dir={tmp_path}"])
     assert r.exit_code == 2 and "slippery" in r.output
+
+
+def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_path):
+    """The shop: what a scripted exploration's calls returned becomes look-up tasks, and a change becomes a task
+    whose verifier is the database rows it changed; each is replayed in a fresh world before it is kept."""
+    from selfevolve.questioning.explore import Exploration
+    from selfevolve.worlds.shop import ShopEnv
+    from selfevolve.worlds.tools import format_tool_call
+
+    env = Exploration(ShopEnv(split="train"), 4, 8, "users")
+    env.reset(0)
+    calls = [("get_user", {"user_id": "U001"}), ("get_order", {"order_id": "W7793"}),
+             ("cancel_order", {"order_id": "W1089", "reason": "no longer needed"}),
+             ("cancel_order", {"order_id": "W1875", "reason": "ordered by mistake"})]  # a held-out customer's
+    for name, args in calls:
+        assert env.step(format_tool_call(name, args)).info["valid_action"]
+    record = ExplorationRecord(seed=0, turns=env.log)
+    cfg = load_config(overrides=[*TINY, "env.name=shop"])
+    kept, report = write_tasks(cfg, ShopEnv, [record], None, set(), [], tmp_path, TaskPool.key)
+    by_call = {t.solution[0]["name"]: t for t, _, _ in kept}
+    assert set(by_call) == {"get_user", "get_order", "cancel_order"} and report["kept"] == 3
+    assert report["removed"]["held_out"] == 1 and sum(report["removed"].values()) == 1
+    assert by_call["get_user"].solution[-1] == {"name": "finish", "arguments": {"answer": "Samir Cohen"}}
+    assert by_call["get_order"].goal == {"answer": "processed", "changes": {}}
+    change = by_call["cancel_order"]
+    assert change.instruction.startswith("Please cancel a pending order") and change.goal["changes"]
+    # played as a pool task, each reference solves its task; finishing without the change does not
+    pool = TaskPool()
+    pool.add(kept, 0)
+    world = ShopEnv(split="synth", tasks_file=str(pool.save(tmp_path / "pool")))
+    for e in pool.entries:
+        world.load(e.task)
+        for c in e.task.solution:
+            result = world.step(format_tool_call(c["name"], c["arguments"]))
+        assert result.info["success"]
+    world.load(pool.entries[[e.task.solution[0]["name"] for e in pool.entries].index("cancel_order")].task)
+    assert not world.step(format_tool_call("finish", {"answer": change.solution[-1]["arguments"]["answer"]})).info["success"]
