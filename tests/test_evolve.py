@@ -300,3 +300,17 @@ def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_
         assert result.info["success"]
     world.load(pool.entries[[e.task.solution[0]["name"] for e in pool.entries].index("cancel_order")].task)
     assert not world.step(format_tool_call("finish", {"answer": change.solution[-1]["arguments"]["answer"]})).info["success"]
+
+
+def test_the_explorers_mask_by_hand():
+    """Training seed 0's map (SEED0): the masked explorer may answer with the hint's moves less those onto a
+    hole the board shows."""
+    env = GameExploration(FrozenLakeEnv(split="train"), breadth_steps=2, max_turns=8)
+    env.reset(0)
+    # (0-based cells) at the start (0, 0), in breadth: every move untried; Down is the hole at (1, 0)
+    assert env.allowed_moves() == ["Left", "Right", "Up"]
+    env.step("Right")  # at (0, 1), still in breadth: all four untried from here, none onto a hole
+    assert env.allowed_moves() == ["Left", "Down", "Right", "Up"]
+    env.step("Down")  # at (1, 1), in depth: Left is the hole (1, 0), Up goes back to (0, 1): Down and Right remain
+    assert env.allowed_moves() == ["Down", "Right"]
+    assert not env.over and env.step("Down").done is False

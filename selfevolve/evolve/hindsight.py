@@ -5,10 +5,12 @@ ones whose reference replays.
   on training instances only — the environment's ``split=train`` sandboxes, which never start a held-out map,
   room or request — with the policy being trained. In a game (``evolve.explore_constrained``) each answer is
   masked to one of the moves its hint names (constrained decoding, ``models/constrained.py``): in breadth a
-  move not tried from this cell, in depth a move onto a cell not visited yet. The policy chooses among them;
-  the hint becomes binding. The untrained 135M model answers the exploration prompt with pieces of the board
-  121 times in 124; masked to the moves alone it said Down on nearly every turn (14 cells reached by 16
-  explorations, all in the first two columns), which made every task a walk down.
+  move not tried from this cell, in depth a move onto a cell not visited yet; a move onto a cell the board
+  shows as a hole is left out while another remains (``GridExploration.allowed_moves``). The policy chooses
+  among them; the hint becomes binding. The untrained 135M model answers the exploration prompt with pieces of
+  the board 121 times in 124; masked to the four moves it said Down on nearly every turn (14 cells reached by 16
+  explorations, all in the first two columns); masked to the hint's moves, 13 of 16 explorations fell into a
+  hole within 4 answers (33 cells, none of them G).
 - **hindsight tasks** (:func:`write_tasks`): every state an exploration reached (a game: a cell stood on, a box
   pushed somewhere, a room solved), or value a call returned (a tool world: a look-up's field, a change's
   result), becomes a candidate; its reference is the loop-erased path that reached it (``grid.erased_walks``).

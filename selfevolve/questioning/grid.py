@@ -114,6 +114,11 @@ class GridGame(ABC):
         """The game's own keys of ``report.json``."""
         return {}
 
+    def shown_fatal(self, world, cell: tuple[int, int]) -> bool:
+        """Whether the board shows ``cell`` as one that ends the game unsolved (FrozenLake: a hole). Default:
+        none."""
+        return False
+
 
 # ---------------------------------------------------------------------------------------------- exploring
 class GridExploration(TextEnv):
@@ -162,8 +167,13 @@ class GridExploration(TextEnv):
         return "depth", fresh
 
     def allowed_moves(self) -> list[str]:
-        """The moves a masked explorer may answer with now: the hint's, or every move when it names none."""
-        return self.suggested()[1] or list(self.world.moves)
+        """The moves a masked explorer may answer with now: the hint's, less those onto a cell the board shows
+        as fatal (a hole: the exploration would end there); when that leaves none, the safe moves; then the
+        hint's; then every move."""
+        here, moves = self.game.player(self.world), list(self.world.moves)
+        safe = [m for m in moves if not self.game.shown_fatal(self.world, (here[0] + STEP[m][0], here[1] + STEP[m][1]))]
+        hinted = self.suggested()[1]
+        return [m for m in hinted if m in safe] or safe or hinted or moves
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
