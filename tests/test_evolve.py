@@ -314,3 +314,29 @@ def test_the_explorers_mask_by_hand():
     env.step("Down")  # at (1, 1), in depth: Left is the hole (1, 0), Up goes back to (0, 1): Down and Right remain
     assert env.allowed_moves() == ["Down", "Right"]
     assert not env.over and env.step("Down").done is False
+
+
+def test_one_round_on_sokoban(tmp_path):
+    """Sokoban's hindsight tasks (walk to a cell, push the box to a cell) are played by their pool seeds; the
+    masked explorer never walks into a wall the board shows."""
+    out = tmp_path / "sokoban"
+    summary = Evolver(load_config(overrides=[*TINY, "env.name=sokoban", "evolve.rounds=1", "train.steps=1",
+                                             "train.tasks_per_step=2", "algo.group_size=2", "questioning.explorations=3",
+                                             "questioning.steps=5", "eval.episodes=2", "evolve.bc_steps=1",
+                                             "evolve.bc_tasks=3", f"train.out_dir={out}"])).run()
+    rec = json.loads((out / "evolve.json").read_text())["rounds"][0]
+    assert summary["rounds"] == 1 and rec["write"]["kept"] > 0 and rec["bc"]["bc/demonstrations_solved"] == 3
+    assert rec["explore"]["valid_answers"] == rec["explore"]["answers"]
+    assert set(rec["write"]["intents"]) <= {"reach_cell", "move_box", "solve_room"}
+    from selfevolve.envs import SokobanEnv
+    from selfevolve.questioning.grid import STEP
+
+    for line in (out / "round-0" / "explorations.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        room = SokobanEnv(split="train")
+        room.reset(record["seed"])
+        here = room.player
+        for turn in record["turns"]:
+            for move, cell in zip(turn["moves"], turn["path"]):
+                assert (here[0] + STEP[move][0], here[1] + STEP[move][1]) not in room.walls
+                here = tuple(cell)

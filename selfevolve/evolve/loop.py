@@ -55,6 +55,21 @@ def share(total: int, rounds: int, r: int) -> int:
     return total * (r + 1) // rounds - total * r // rounds
 
 
+def pool_seeds(probe, pool: TaskPool) -> list[int]:
+    """The environment seed that starts each pool task, in pool order, for a ``probe`` environment playing the
+    pool's tasks file (``split=synth``): a game plays task ``seed % n``, a tool world a fixed shuffle of them."""
+    from selfevolve.envs.game_tasks import task_for
+
+    pick = getattr(probe, "task_for", None)
+    if not callable(pick) or hasattr(probe, "synth_tasks"):
+        pick = lambda s: task_for(probe.synth_tasks, probe.ordinary, s)  # noqa: E731
+    index = {e.task.id: i for i, e in enumerate(pool.entries)}
+    seeds = [0] * len(pool)
+    for s in range(len(pool)):
+        seeds[index[pick(s).id]] = s
+    return seeds
+
+
 class EvolveTrainer(Trainer):
     """One round's trainer: the pool's tasks (``tasks``: a :class:`PoolTasks`), behaviour cloning on their
     references (:meth:`clone_references`), and the imitation term beside every RL update."""
@@ -265,11 +280,7 @@ class Evolver:
             pool.save(folder, "pool_end")
             return
         rcfg = self._round_config(r, folder)
-        probe = make_env(self.env_cls, **rcfg.env.options())
-        index = {e.task.id: i for i, e in enumerate(pool.entries)}
-        seeds = [0] * len(pool)
-        for s in range(len(pool)):  # the seed that starts each pool task (a tool world shuffles its tasks)
-            seeds[index[probe.task_for(s).id]] = s
+        seeds = pool_seeds(make_env(self.env_cls, **rcfg.env.options()), pool)
         tasks = PoolTasks(pool, self.cfg.env.name, seeds, seed=cfg.seed * 1000 + r,
                           buffer_per_task=cfg.evolve.buffer_per_task,
                           buffer_rows=buffer_rows if cfg.evolve.imitation_weight > 0 else None)

@@ -119,6 +119,11 @@ class GridGame(ABC):
         none."""
         return False
 
+    def shown_blocked(self, world, cell: tuple[int, int]) -> bool:
+        """Whether the board shows ``cell`` as one the player cannot enter (Sokoban: a wall): a move there moves
+        nothing. Default: none."""
+        return False
+
 
 # ---------------------------------------------------------------------------------------------- exploring
 class GridExploration(TextEnv):
@@ -168,10 +173,12 @@ class GridExploration(TextEnv):
 
     def allowed_moves(self) -> list[str]:
         """The moves a masked explorer may answer with now: the hint's, less those onto a cell the board shows
-        as fatal (a hole: the exploration would end there); when that leaves none, the safe moves; then the
-        hint's; then every move."""
+        as fatal (a hole: the exploration would end there) or blocked (a wall: the move would move nothing);
+        when that leaves none, those safe moves; then the hint's; then every move."""
         here, moves = self.game.player(self.world), list(self.world.moves)
-        safe = [m for m in moves if not self.game.shown_fatal(self.world, (here[0] + STEP[m][0], here[1] + STEP[m][1]))]
+        ahead = {m: (here[0] + STEP[m][0], here[1] + STEP[m][1]) for m in moves}
+        safe = [m for m in moves if not self.game.shown_fatal(self.world, ahead[m])
+                and not self.game.shown_blocked(self.world, ahead[m])]
         hinted = self.suggested()[1]
         return [m for m in hinted if m in safe] or safe or hinted or moves
 

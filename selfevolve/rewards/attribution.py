@@ -236,7 +236,8 @@ def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_
         if constrained and getattr(llm, "constrains", False):
             grammars = [judgment_grammar(len(items[i].steps)) for i in chunk]
             budget = max(budget, 48 * longest)  # a constrained reply's longest: 24 free tokens + ~20 fixed a step
-        replies = llm.chat(convs, purpose="attribution", max_new_tokens=budget, grammars=grammars)
+        more = {"grammars": grammars} if grammars else {}  # an LLM stand-in without grammars is asked plainly
+        replies = llm.chat(convs, purpose="attribution", max_new_tokens=budget, **more)
         stats["attribution/calls"] += len(convs)
         for i, reply in zip(chunk, replies):
             parsed, how = parse_step_judgments(reply, len(items[i].steps))
