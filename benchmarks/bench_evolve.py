@@ -71,7 +71,10 @@ def run(env: str, arm: str, seed: int, args) -> dict:
         "exploration_answers": sum(r.get("explore", {}).get("answers", 0) for r in rounds),
         "bc_demonstrations": sum(r.get("bc", {}).get("bc/demonstrations", 0) for r in rounds),
         "updates": sum(r.get("train", {}).get("updates", 0) for r in rounds),
-        "minutes": round((time.perf_counter() - t0) / 60, 1),
+        # the stages' own seconds (exploring, writing, cloning + RL + evaluation), so a resumed run counts once
+        "minutes": round(sum(r.get(k, {}).get("seconds", 0) for r in rounds for k in ("explore", "write", "train"))
+                         / 60, 1),
+        "wall_minutes_this_call": round((time.perf_counter() - t0) / 60, 1),
     }
     done.write_text(json.dumps(result))
     return result
@@ -117,7 +120,8 @@ def main() -> None:
         std = statistics.stdev(finals) if len(finals) > 1 else 0.0
         rounds = [statistics.mean(x for x in col if x is not None) for col in zip(*[r["per_round"] for r in rs])]
         summary["arms"][arm] = {"runs": rs, "mean": mean, "std": std, "per_round_mean": rounds}
-        print(f"| {arm} | {', '.join(f's{r['seed']} {r['final']:.3f}' for r in rs)} | {mean:.3f} ± {std:.3f} | "
+        seeds = ", ".join(f"s{r['seed']} {r['final']:.3f}" for r in rs)
+        print(f"| {arm} | {seeds} | {mean:.3f} ± {std:.3f} | "
               f"{' → '.join(f'{x:.3f}' for x in rounds)} | {statistics.mean(r['minutes'] for r in rs):.0f} | "
               f"{statistics.mean(r['rollouts'] for r in rs):.0f} |")
     if base:
