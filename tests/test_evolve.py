@@ -340,3 +340,27 @@ def test_one_round_on_sokoban(tmp_path):
             for move, cell in zip(turn["moves"], turn["path"]):
                 assert (here[0] + STEP[move][0], here[1] + STEP[move][1]) not in room.walls
                 here = tuple(cell)
+
+
+def test_the_frozenlake_oracle_measures_a_pool_tasks_target(tmp_path):
+    """reward.attribution=oracle inside the loop: a synthesized task's goal is its target cell, G a dead end."""
+    from selfevolve.rewards.oracle import GOOD, Oracle, lake_distances
+
+    to_g = lake_distances(SEED0)
+    assert to_g[(0, 0)] == 6 and to_g[(0, 1)] == 5  # (0, 1) (1, 1) (2, 1) (3, 1) (3, 2) (3, 3)
+    to_cell = lake_distances(SEED0, (0, 2))
+    assert to_cell[(0, 0)] == 2 and to_cell[(0, 2)] == 0 and (3, 3) not in to_cell and (1, 0) not in to_cell
+    cfg = load_config(overrides=TINY)
+    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool = TaskPool()
+    pool.add(kept, 0)
+    options = {"split": "synth", "tasks_file": str(pool.save(tmp_path))}
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv, **options))
+    src = PoolTasks(pool, "frozenlake", list(range(len(pool))))
+    demos = reference_episodes(FrozenLakeEnv, options, [src.task(i) for i in range(len(pool))],
+                               [e.task.solution for e in pool.entries], builder, policy.tokenizer)
+    oracle = Oracle(make_env(FrozenLakeEnv, **options))
+    # on this walk every step of every reference brings its own target closer (measured to G, the second
+    # Right of "walk to row 1, column 3" would be BAD: from (0, 1) G is 5 away, from (0, 2) 6)
+    assert all(x["label"] == GOOD for d in demos for x in oracle.labels(d))
