@@ -22,6 +22,8 @@ update (seconds and calls) beside it.
     python benchmarks/bench_attribution.py judge --envs frozenlake sokoban
     python benchmarks/bench_attribution.py judge --envs shop tables --tasks-per-step 2    # untrained policy
     python benchmarks/bench_attribution.py judge --envs shop --scripted 16     # reference / detour / wrong answer
+    python benchmarks/bench_attribution.py judge --envs frozenlake --extra attribution.constrained=true \
+        --tag -constrained                                                      # the same batch, constrained judge
     python benchmarks/bench_attribution.py learn --envs frozenlake shop --seeds 0 1 2 --steps 20
     python benchmarks/bench_attribution.py learn --envs frozenlake --seeds 0 --steps 4 --episodes 32   # what fits
 
@@ -180,7 +182,7 @@ def judge(args) -> None:
         else:
             trajs = load_trajectories(args.out / f"{env}-s{seed}-sample.jsonl")[: args.trajectories]
             sources = ["rollout"] * len(trajs)
-        name = f"{env}-scripted" if scripted else env
+        name = (f"{env}-scripted" if scripted else env) + args.tag
         log_dir = args.out / f"judge-{name}"
         log_dir.mkdir(exist_ok=True)
         (log_dir / "llm_calls.jsonl").unlink(missing_ok=True)
@@ -215,7 +217,7 @@ def judge(args) -> None:
                         "outcome_rule": {k: polar[k] for k in ("accuracy", "balanced_accuracy", "first_error_accuracy")
                                          if k in polar}}
         print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(results[name])}", flush=True)
-    summary = args.out / f"summary-judge-{'-'.join(args.envs)}{'-scripted' if args.scripted else ''}.json"
+    summary = args.out / f"summary-judge-{'-'.join(args.envs)}{'-scripted' if args.scripted else ''}{args.tag}.json"
     summary.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
     print("| env | trajectories (failed) | steps | oracle GOOD | judge GOOD | accuracy | balanced accuracy | "
           "GOOD recall | BAD recall | earliest error (n) | defaulted | s / trajectory | outcome rule: accuracy, "
@@ -305,6 +307,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="runs in parallel")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
+    ap.add_argument("--tag", default="", help="judge: a suffix for the judged files and the summary (e.g. "
+                    "'-constrained' with --extra attribution.constrained=true: the same batch, judged again)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_attribution"))
     args = ap.parse_args()
     if args.envs is None:

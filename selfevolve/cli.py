@@ -1,4 +1,5 @@
-"""The ``selfevolve`` command: ``train``, ``sweep``, ``eval``, ``explore``, ``view``, ``serve`` and ``export``.
+"""The ``selfevolve`` command: ``train``, ``sweep``, ``eval``, ``explore``, ``evolve``, ``view``, ``serve`` and
+``export``.
 
 Errors the user can fix (a wrong config key, an unknown name, a missing folder) print one line and exit with
 status 2 — no traceback.
@@ -222,6 +223,34 @@ def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VAL
 
     _, report = _with_config(args, run)
     out.print(f"kept {report['kept']} tasks in {report['tasks_file']} · removed {report['removed']}")
+
+
+EVOLVE_HELP = """Self-evolution from zero human-written training tasks: rounds of exploring with the policy, turning what
+it reached into tasks verified by replay (hindsight), behaviour cloning on their reference paths, RL on them drawn
+by learnability with replayed successes beside the RL loss, and held-out evaluation on the environment's test
+split. Options as for train (evolve.* keys; train.steps RL updates in all, split over evolve.rounds), e.g.:
+
+    selfevolve evolve env.name=frozenlake evolve.rounds=3 train.out_dir=runs/evolve
+
+Writes RUN/evolve.md (what the run saw, each round's tasks, pool, imitation, RL and held-out success),
+evolve.png and round-R/ folders (explorations, pool, the round's training run); train.resume=true continues."""
+
+
+@app.command(
+    help=EVOLVE_HELP,
+    short_help="Improve from tasks the agent writes for itself (explore, hindsight tasks, imitation, RL).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+def evolve(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALUE ...]")) -> None:
+    def run(cfg):
+        from selfevolve.evolve import Evolver
+
+        return Evolver(cfg, console=err).run()
+
+    cfg, summary = _with_config(args, run)
+    curve = " → ".join(f"{p['success']:.3f}" for p in summary["curve"] if p["success"] is not None)
+    out.print(f"done: {summary['rounds']} rounds in {cfg.train.out_dir} · held-out success {curve} · pool "
+              f"{summary['pool']} tasks · {Path(cfg.train.out_dir) / 'evolve.md'}", highlight=False, soft_wrap=True)
 
 
 VIEW_HELP = """Write a run folder's trajectories as one self-contained HTML page (no network needed to open it): metric

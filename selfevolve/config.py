@@ -39,6 +39,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     SearchConfig,
     ExperienceConfig,
     QuestioningConfig,
+    EvolveConfig,
     LlmApiConfig,
     TrainConfig,
     EvalConfig,
@@ -70,6 +71,7 @@ class Config(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     experience: ExperienceConfig = Field(default_factory=ExperienceConfig)
     questioning: QuestioningConfig = Field(default_factory=QuestioningConfig)
+    evolve: EvolveConfig = Field(default_factory=EvolveConfig)
     llm_api: LlmApiConfig = Field(default_factory=LlmApiConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -222,6 +222,9 @@ class AttributionConfig(_Section):
     tokens_per_step: int = Field(48, ge=8, description="Reply budget of a judgement per step of the trajectory "
                                  "(two short lines per step).")
     max_new_tokens: int = Field(512, ge=16, description="Largest reply budget of one judgement.")
+    constrained: bool = Field(False, description="Decode a local judge's reply under its schema (constrained "
+                              "decoding: 'Step i Analysis: ...' then 'Step i Judgment: GOOD|BAD' for every step, "
+                              "nothing else), so every step gets a label read from the reply (docs/evolve.md).")
 
 
 class FilterConfig(_Section):
@@ -342,6 +345,9 @@ class QuestioningConfig(_Section):
         "verified look-ups of the exploration as questions (a labelled fallback, no model).")
     llm: str = Field("policy", description="Model of the writer calls: policy, base, a local model path or "
                      "openai:MODEL (see llm_api).")
+    constrained: bool = Field(False, description="Decode a local LLM writer's reply under the task schema "
+                              "(constrained decoding: a JSON task list with the world's moves or tool calls; a game's "
+                              "query must end by naming a cell), so every reply parses (docs/evolve.md).")
     writer_prefill: bool = Field(True, description="Tool worlds: a local writer's reply starts with the task "
                                  "list's opening, '[{\"query\": \"' (an output-format aid; a remote writer is "
                                  "asked plainly).")
@@ -350,6 +356,32 @@ class QuestioningConfig(_Section):
                              "task is a duplicate.")
     out: str = Field("runs/questions", description="Folder for explorations.jsonl, tasks.jsonl, report.json and "
                      "llm_calls.jsonl.")
+
+
+class EvolveConfig(_Section):
+    """``selfevolve evolve``: rounds of explore, hindsight tasks, pool, imitation and RL (docs/evolve.md). The
+    RL updates of a whole run are ``train.steps``, split evenly over the rounds."""
+
+    rounds: int = Field(3, ge=1, le=100, description="Rounds of explore -> hindsight tasks -> imitation + RL -> "
+                        "held-out evaluation.")
+    writer: Literal["template", "llm", "both"] = Field(
+        "template", description="Who phrases a hindsight task: the template writer (no model), the LLM writer "
+        "(questioning.llm; questioning.constrained for its schema), or both (each task records its writer).")
+    explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
+                                      "(one move an answer), so that an untrained model explores at all.")
+    reexplore: bool = Field(True, description="Explore again every round with the improved policy (false: only "
+                            "round 0 explores; the ablation).")
+    curriculum: bool = Field(True, description="Draw pool tasks by learnability p(1-p) + sampling.floor, a new "
+                             "task at sampling.prior (false: uniformly; the ablation).")
+    bc_steps: int = Field(10, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
+                          "in all, split evenly over the rounds (at the start of each round's training).")
+    bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
+    imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
+                                    "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
+    imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
+    imitation_rows: int = Field(8, ge=1, description="Replayed successes per update (one per task, tasks drawn "
+                                "uniformly among those with one).")
+    buffer_per_task: int = Field(2, ge=0, description="Latest successful rollouts kept per pool task for replay.")
 
 
 class LlmApiConfig(_Section):

@@ -22,7 +22,7 @@ from selfevolve.errors import ConfigError
 from selfevolve.models.openai_backend import OpenAIBackend
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import eval_tasks
-from selfevolve.train.build import build_prompt
+from selfevolve.build import build_prompt
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "eval.episodes=2", "train.progress=false", "agent.max_new_tokens=8"]
 

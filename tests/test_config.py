@@ -159,7 +159,7 @@ def test_invalid_literal():
 def env_error(*overrides: str, env=None) -> str:
     """The one-line error of the environment options of a config: checked against the class that is used
     (``resolve_env``, the trainer's first step), since ``Trainer(cfg, env=MyEnv)`` may bring its own."""
-    from selfevolve.train.build import resolve_env
+    from selfevolve.build import resolve_env
 
     cfg = load_config(overrides=list(overrides))  # load_config cannot know the class yet: it accepts them
     with pytest.raises(ConfigError) as e:

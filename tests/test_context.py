@@ -194,3 +194,35 @@ def test_expert_episodes_follow_the_context(tok):
     for row in rows:
         for (_, t), pos in zip(row.turns, row.value_pos):
             assert row.ids[:pos + 1] == traj.steps[t].prompt_ids
+
+
+def test_a_guided_sliding_window_trains_on_the_sampled_prompt_minus_the_block(tok):
+    """Self-navigating's twin (the training prompt) slides when the guided episode does: at every turn its prompt
+    is exactly the sampled prompt without the insight block. The block makes the guided prompt longer, so a twin
+    that decided by its own length slid later (issue 41: ~7 % of turns); a budget between the two lengths shows
+    that."""
+    from selfevolve.agent.guidance import Guidance
+
+    block = "Insight: walk towards the goal and avoid holes you have already seen once before."
+    b = builder(tok, "sliding_window", budget=10_000, window=1)
+    plain = EpisodeContext(b, "", "Start the log.")
+    guided = EpisodeContext(b, "", "Start the log.", Guidance(block=block))
+    extra = len(guided.prompt) - len(plain.prompt)
+    assert extra > 5
+    # a budget the guided prompt crosses one turn before its twin would: the first turn's prompt plus ~2 turns
+    reply = tok.encode("aaaa", add_special_tokens=False) + [b.eot_id()]
+    trial = EpisodeContext(b, "", "Start the log.")
+    lengths = []
+    for n in range(1, 5):
+        trial.advance(reply, "aaaa", f"entry {n} stored")
+        lengths.append(len(trial.prompt))
+    b.context.budget = lengths[1] + extra // 2  # twin: turn 2 fits; guided: it does not
+    guided = EpisodeContext(b, "", "Start the log.", Guidance(block=block))
+    slid = []
+    for n in range(1, 5):
+        guided.advance(reply, "aaaa", f"entry {n} stored")
+        sampled, trained = tok.decode(guided.prompt), tok.decode(guided.train_prompt)
+        assert trained == sampled.replace("\n" + block, ""), n
+        assert guided.twin.body == guided.body and guided.twin.omitted == guided.omitted
+        slid.append(guided.omitted)
+    assert slid[1] > 0  # the guided episode slid at turn 2, where its twin alone would not have yet

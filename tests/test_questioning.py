@@ -7,9 +7,9 @@ import pytest
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord, first_call)
+from selfevolve.lexical import jaccard, words
 from selfevolve.questioning.filters import diversity, execute, grounded, is_duplicate, mentions, verifies
 from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
@@ -111,6 +111,17 @@ def test_jaccard_and_duplicates_by_hand():
     assert jaccard("", "") == 1.0 and jaccard("a b", "c d") == 0.0
     assert mentions({"U007"}, "orders of u007 please") and not mentions({"U007"}, "U0071")
     assert diversity(["a b", "a b"]) == 0.0 and diversity(["a b", "c d"]) == 1.0
+
+
+def test_words_are_unicode_words():
+    """Requests without ASCII letters are not all duplicates of each other, and accents stay in the word."""
+    assert words("Café au lait") == {"café", "au", "lait"}
+    assert words("Где мой заказ 42?") == {"где", "мой", "заказ", "42"}
+    # two different Cyrillic requests: {где, мой, заказ} vs {отмените, заказ}: 1 shared of 4
+    assert jaccard("Где мой заказ?", "Отмените заказ") == pytest.approx(0.25)
+    assert not is_duplicate("Где мой заказ?", ["Отмените заказ"], 0.8)
+    assert words("mail a@b.com about id_7, O'Neil's order") == {"mail", "a@b.com", "about", "id_7", "o'neil's",
+                                                               "order"}
 
 
 def test_execution_keeps_working_references_with_their_goal_and_drops_failing_ones():

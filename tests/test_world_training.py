@@ -69,7 +69,7 @@ def test_eval_env_options_default_to_the_test_split_for_worlds_only():
 def test_eval_env_is_validated_like_env_options():
     cfg = load_config(overrides=["env.name=shop", "eval.env.split=all", "eval.env.level=1"])
     assert cfg.eval.env == {"split": "all", "level": 1}
-    from selfevolve.train.build import resolve_env
+    from selfevolve.build import resolve_env
 
     with pytest.raises(ConfigError, match=r"eval\.env\.sizee: not an option of env 'shop'; allowed: split, level"):
         resolve_env(load_config(overrides=["env.name=shop", "eval.env.sizee=1"]), None)

@@ -14,10 +14,20 @@ RLOO's leave-one-out difference — the estimator the run names).
 - eq. (3) advantage: A_{i,t} = Σ_{k ≥ t} r̂_{i,k}  (undiscounted suffix sum), broadcast to step t's tokens.
 
 Why each trajectory weighs 1/n in (1), whatever its length: pooled over steps, one long looping trajectory of
-BAD steps would set the group's mean by itself (AgentEvolver's ``equal_trajectory_weight=True``, its default;
-the seed: "first the mean attribution of each trajectory, then mean and std over those"). σ_G is the
-population form (divided by n, not n − 1), as in AgentEvolver's ``_group_zscore_on_steps``. A group whose
-labels all agree has σ_G = 0 and every r̃ = 0: the labels carry no contrast, the outcome alone remains.
+BAD steps would set the group's mean by itself. μ_G is the mean of the trajectory means in both the seed's
+wording ("first the mean attribution of each trajectory, then mean and std over those") and AgentEvolver's code
+(``equal_trajectory_weight=True``, its default). σ_G is not the same in the two:
+
+- the seed's literal σ is the standard deviation of the n trajectory means, √(1/n Σ_i (m_i − μ_G)²);
+- the σ used here, as AgentEvolver's ``_group_zscore_on_steps`` computes it, is the step deviations pooled with
+  each step weighing 1/T_i (eq. 1 above).
+
+They differ whenever labels vary within a trajectory. The literal form is 0 for a lone trajectory (n = 1) and
+for any group whose trajectories have equal means, however mixed their steps: every r̃ would then be 0 and the
+labels would teach nothing, though GOOD and BAD steps are exactly what they should contrast. The step-weighted
+form is 0 only when every label of the group agrees. σ_G is the population form (divided by n, not n − 1). A
+group whose labels all agree has σ_G = 0 and every r̃ = 0: the labels carry no contrast, the outcome alone
+remains.
 
 All functions work on padded [N, T] tensors with a [N, T] bool mask of the real steps (left-aligned); padding
 never enters a statistic and comes out 0.

@@ -54,7 +54,7 @@ def load_agent(spec: str | None, cfg: Config) -> Agent | None:
     path = Path(spec)
     if not path.is_dir():
         raise ConfigError(f"--agent {spec!r}: not a run folder, a model folder or openai:MODEL")
-    from selfevolve.train.build import build_policy
+    from selfevolve.build import build_policy
 
     if (path / "config.json").is_file():  # a Hugging Face folder (selfevolve export)
         model_cfg = cfg.model_copy(deep=True)
@@ -85,13 +85,13 @@ class Bench:
         if self.agent is not None and self.agent.has_base:
             return self.agent.policy, self.agent.cfg, self.agent.policy.reference
         if self.base is None:
-            from selfevolve.train.build import build_policy
+            from selfevolve.build import build_policy
 
             self.base = build_policy(self.cfg)
         return self.base, self.cfg, contextlib.nullcontext
 
     def _local(self, policy, cfg: Config, env_cls, options: dict, pass_k: int) -> dict:
-        from selfevolve.train.build import build_prompt
+        from selfevolve.build import build_prompt
 
         probe = make_env(env_cls, **options)
         builder = build_prompt(cfg, policy, probe)

@@ -24,12 +24,14 @@ from selfevolve.models.kv_cache import GrowingCache
 from selfevolve.models.sampler import Generation
 
 
-def _token_stats(logits: torch.Tensor, temperature: float):
-    """Sampling log-probs (at ``temperature``) and uncertainty statistics (at temperature 1) of ``logits`` [B, V]."""
+def _token_stats(logits: torch.Tensor, temperature: float, masked: bool = False):
+    """Sampling log-probs (at ``temperature``) and uncertainty statistics (at temperature 1) of ``logits`` [B, V].
+    ``masked``: some logits are −∞ (constrained decoding), whose 0 · −∞ terms of the entropy count as 0."""
     logits = logits.float()
     logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()
-    entropy = -(p * logp).sum(-1)
+    plogp = p * logp
+    entropy = -(plogp.nan_to_num(0.0) if masked else plogp).sum(-1)
     top2 = p.topk(2, dim=-1).values
     sample_logp = logp if temperature == 1.0 else torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
     return sample_logp, entropy, top2[:, 0], top2[:, 1]
@@ -164,6 +166,7 @@ def generate(
     prefix_ids: list[int] | None = None,
     state: KVState | None = None,
     dedupe: bool = True,
+    constraint=None,
 ) -> Generation:
     """Generate a continuation for each prompt.
 
@@ -179,6 +182,9 @@ def generate(
       of rollouts that have made the same moves so far (the same whole prompt means the same cached history).
 
     ``generator``: one for the batch, or one per prompt (each row then samples from its own stream).
+    ``constraint``: a :class:`~selfevolve.models.constrained.Constrained` with one grammar per prompt: every
+    token a row's grammar forbids is masked out before the row samples (its log-probs and statistics are then
+    those of the masked distribution).
     """
     out = Generation()
     if not prompts:
@@ -227,7 +233,9 @@ def generate(
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("ids", "logprobs", "entropy", "top1", "top2", "alive")}
     fed = 0  # decode iterations whose tokens were fed back into the cache
     for step in range(max_new_tokens):
-        sample_logp, ent, t1, t2 = _token_stats(logits, temperature)
+        if constraint is not None:
+            logits = constraint.mask_logits(logits, ~done)
+        sample_logp, ent, t1, t2 = _token_stats(logits, temperature, masked=constraint is not None)
         if greedy:
             tok = sample_logp.argmax(-1)
         else:
@@ -240,6 +248,8 @@ def generate(
         cols["top1"].append(t1)
         cols["top2"].append(t2)
         cols["alive"].append(alive)
+        if constraint is not None:
+            constraint.advance(tok.tolist(), alive.tolist())
         done = done | torch.isin(tok, stop)
         if bool(done.all()) or step == max_new_tokens - 1:
             break  # the last sampled tokens are not fed: the next turn's prompt encodes them

@@ -115,6 +115,12 @@ class LLM:
         return self.policy.tokenizer if self.policy is not None else None
 
     @property
+    def constrains(self) -> bool:
+        """Whether :meth:`chat` honours ``grammars`` (the local backends; an OpenAI-compatible server has no
+        portable grammar parameter)."""
+        return self.remote is None
+
+    @property
     def retries(self) -> int:
         """Retried requests so far (the openai backend; 0 for the local ones)."""
         return self.remote.retries if self.remote is not None else 0
@@ -123,13 +129,17 @@ class LLM:
         return self.policy.reference() if self.backend == "base" else contextlib.nullcontext()
 
     def chat(self, conversations: list[list[dict]], purpose: str, max_new_tokens: int | None = None,
-             prefix: str = "") -> list[str]:
+             prefix: str = "", grammars: list | None = None) -> list[str]:
         """Greedy replies to ``conversations`` (each a list of ``{"role", "content"}``), in batches.
 
         ``prefix`` opens every reply of a local backend (appended after the assistant turn's opening, and part
         of the returned text): a 135M writer asked for JSON often continues the exploration's format instead,
         while one whose reply already starts with ``[{"query": "`` goes on in JSON. A remote server is asked
-        plainly (the chat API has no portable way to prefill), so its replies come back without it."""
+        plainly (the chat API has no portable way to prefill), so its replies come back without it.
+
+        ``grammars``: one grammar factory per conversation (``models/constrained.py``): a local backend's reply
+        is decoded under it, so it always has the schema's shape (a remote server is asked plainly: see
+        :attr:`constrains`)."""
         from selfevolve.agent.prompt import render_chat
 
         budget = max_new_tokens or self.max_new_tokens
@@ -143,8 +153,13 @@ class LLM:
         for start in range(0, len(conversations), self.batch_size):
             batch = conversations[start:start + self.batch_size]
             prompts = [render_chat(self.tokenizer, msgs) + opening for msgs in batch]
+            constraint = None
+            if grammars is not None:
+                from selfevolve.models.constrained import Constrained
+
+                constraint = Constrained(self.tokenizer, [g() for g in grammars[start:start + self.batch_size]])
             with self._mode():
-                gen = self.policy.generate(prompts, greedy=True, max_new_tokens=budget)
+                gen = self.policy.generate(prompts, greedy=True, max_new_tokens=budget, constraint=constraint)
             out += [prefix + self.policy.decode(ids) for ids in gen.ids]
         self._record(purpose, conversations, out)
         return out

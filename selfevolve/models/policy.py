@@ -79,6 +79,7 @@ class Policy:
             )
         self.model = model
         self.value_head: ValueHead | None = None
+        self.constraint_factory = None  # set by :meth:`constrained`
         self.stop_ids = end_of_turn_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -110,11 +111,16 @@ class Policy:
         state: KVState | None = None,
         max_new_tokens: int | None = None,
         share_prefix: bool = True,
+        constraint=None,
     ) -> Generation:
         """Sample replies; ``state`` is the previous turn's ``Generation.state`` for the same rows (optional);
         ``max_new_tokens`` overrides the reply budget for this call (e.g. a context-manager call);
         ``share_prefix=False`` encodes every prompt in full, each row's own (only for measuring what the sharing
-        of prefixes and of prompts that several rows share saves)."""
+        of prefixes and of prompts that several rows share saves). ``constraint``: one grammar per prompt
+        (``models/constrained.py``); without it, the grammars of :meth:`constrained`, if one is active."""
+        factory = getattr(self, "constraint_factory", None)
+        if constraint is None and factory is not None:
+            constraint = factory(len(prompts))
         with self._eval_mode():
             reuse = state is not None and state.extends(prompts)
             prefix = self._shared_prefix(prompts) if share_prefix and not reuse else None
@@ -130,7 +136,19 @@ class Policy:
                 prefix_ids=prefix,
                 state=state,
                 dedupe=share_prefix,
+                constraint=constraint,
             )
+
+    @contextlib.contextmanager
+    def constrained(self, factory):
+        """Within the block, every :meth:`generate` call without its own constraint is constrained by
+        ``factory(number of prompts)`` (a :class:`~selfevolve.models.constrained.Constrained`): e.g. exploration's
+        answers masked to the game's moves, through the rollout engine unchanged."""
+        before, self.constraint_factory = getattr(self, "constraint_factory", None), factory
+        try:
+            yield
+        finally:
+            self.constraint_factory = before
 
     @staticmethod
     def _shared_prefix(prompts: list[list[int]]) -> list[int] | None:

@@ -24,6 +24,9 @@ class TokenObjective:
     """Credit and update of the estimators of ``credit.ESTIMATORS`` (see the module docstring)."""
 
     value_suffix: list[int] = []  # a state's value is read at its last prompt token (PPO's head): nothing appended
+    # another loss term, ``extra(k) -> metrics``, run before the update's k-th optimizer step (``update.ppo_update``);
+    # ``selfevolve evolve`` sets its replay imitation here (``evolve/imitation.py``)
+    extra = None
 
     @staticmethod
     def value_head_kind(cfg) -> str | None:
@@ -71,4 +74,4 @@ class TokenObjective:
             return {}
         algo = self.cfg.algo
         return ppo_update(self.policy, self.optimizer, rows, algo, self.rng, vf_coef=algo.ppo.vf_coef,
-                          vf_clip=algo.ppo.vf_clip)
+                          vf_clip=algo.ppo.vf_clip, extra=self.extra)

@@ -30,12 +30,14 @@ from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatc
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
-               vf_coef: float = 0.5, vf_clip: float | None = 0.2) -> dict[str, float]:
+               vf_coef: float = 0.5, vf_clip: float | None = 0.2, extra=None) -> dict[str, float]:
     """Run ``algo.epochs`` × ``algo.minibatches`` optimizer steps over ``rows``; return averaged metrics.
 
     ``objective="nll"`` trains the same rows by maximum likelihood instead (the behaviour-cloning warm start).
     When the rows carry critic targets (``Row.returns``) and the policy has a value head, the value loss is
-    added with weight ``vf_coef``.
+    added with weight ``vf_coef``. ``extra(k)``: another term of the objective, run before the ``k``-th optimizer
+    step (its own forwards and backward add to the gradients; ``selfevolve evolve``'s imitation term); it
+    returns its metrics.
     """
     critic = objective == "ppo" and policy.value_head is not None and any(r.returns for r in rows)
     # the clipped surrogate is the whole loss: rows with all-zero advantages add nothing to it or its gradient
@@ -107,6 +109,8 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
             for weight, stats in weighted:
                 for k, v in stats.items():
                     st_mb[k] = st_mb.get(k, 0.0) + weight * v
+        if extra is not None:
+            st_mb.update(extra(count))
         st_mb["grad_norm"] = safe_step(optimizer, params, algo.max_grad_norm, st_mb, count)
         for k, v in st_mb.items():
             sums[k] = sums.get(k, 0.0) + v

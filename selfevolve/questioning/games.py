@@ -103,6 +103,11 @@ class FrozenLakeGame(GridGame):
     def board_options(self, options: dict) -> dict:
         return {**options, "hints": False}
 
+    def shown_fatal(self, world, cell: tuple[int, int]) -> bool:
+        """A hole: the board shows it (``O``) and stepping on it ends the game."""
+        r, c = cell
+        return 0 <= r < len(world.desc) and 0 <= c < len(world.desc[0]) and world.desc[r][c] == "H"
+
     def player(self, world) -> tuple[int, int]:
         return world.position
 

@@ -41,6 +41,9 @@ ROW_COL = re.compile(r"row\s*(\d+)\s*[,;]?\s*(?:and\s+)?(?:col(?:umn)?|col\.)\s*
 PAIR = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
+STEP = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}  # a move's direction (row, column)
+
+
 def cell_text(r: int, c: int) -> str:
     """A cell as requests name it: rows and columns count from 1 at the top left."""
     return f"row {r + 1}, column {c + 1}"
@@ -112,6 +115,16 @@ class GridGame(ABC):
         """The game's own keys of ``report.json``."""
         return {}
 
+    def shown_fatal(self, world, cell: tuple[int, int]) -> bool:
+        """Whether the board shows ``cell`` as one that ends the game unsolved (FrozenLake: a hole). Default:
+        none."""
+        return False
+
+    def shown_blocked(self, world, cell: tuple[int, int]) -> bool:
+        """Whether the board shows ``cell`` as one the player cannot enter (Sokoban: a wall): a move there moves
+        nothing. Default: none."""
+        return False
+
 
 # ---------------------------------------------------------------------------------------------- exploring
 class GridExploration(TextEnv):
@@ -129,19 +142,46 @@ class GridExploration(TextEnv):
     def reset(self, seed: int) -> str:
         board = self.world.reset(seed)  # the ordinary game of this training seed
         self.turn, self.tried, self.visited = 0, set(), {self.game.player(self.world)}
+        self.over = False  # the exploration has ended (the rollout plays it no more)
         self.log: list[dict[str, Any]] = []
         return f"{self.game.brief}\n{board}\n{self.hint()}"
 
     def hint(self) -> str:
-        moves = self.world.moves
+        kind, moves = self.suggested()
+        if kind == "here":
+            return BREADTH_HINT.format(moves=", ".join(moves))
+        if kind == "anywhere":
+            return BREADTH_HINT_ANYWHERE.format(moves=", ".join(moves))
+        return self.game.depth_hint
+
+    def suggested(self) -> tuple[str, list[str]]:
+        """What the hint asks for and its moves: in breadth, the moves not tried from this cell (``"here"``),
+        else those not used anywhere (``"anywhere"``); in depth (``"depth"``), the moves onto a cell not visited
+        yet (one step in the move's direction; a move off the board or back is not one). The move list is
+        what ``allowed_moves`` keeps when answers are masked to the hint (``selfevolve evolve``)."""
+        moves, here = self.world.moves, self.game.player(self.world)
         if self.turn < self.breadth_steps:
-            here = [m for m in moves if (self.game.player(self.world), m) not in self.tried]
-            if here:
-                return BREADTH_HINT.format(moves=", ".join(here))
+            untried = [m for m in moves if (here, m) not in self.tried]
+            if untried:
+                return "here", untried
             anywhere = [m for m in moves if m not in {m for _, m in self.tried}]
             if anywhere:
-                return BREADTH_HINT_ANYWHERE.format(moves=", ".join(anywhere))
-        return self.game.depth_hint
+                return "anywhere", anywhere
+        shape = board_shape(self.world)
+        fresh = [m for m in moves if (cell := (here[0] + STEP[m][0], here[1] + STEP[m][1])) not in self.visited
+                 and 0 <= cell[0] < shape[0] and 0 <= cell[1] < shape[1]]
+        return "depth", fresh
+
+    def allowed_moves(self) -> list[str]:
+        """The moves a masked explorer may answer with now: the hint's, less those onto a cell the board shows
+        as fatal (a hole: the exploration would end there) or blocked (a wall: the move would move nothing);
+        when that leaves none, those safe moves; then the hint's; then every move."""
+        here, moves = self.game.player(self.world), list(self.world.moves)
+        ahead = {m: (here[0] + STEP[m][0], here[1] + STEP[m][1]) for m in moves}
+        safe = [m for m in moves if not self.game.shown_fatal(self.world, ahead[m])
+                and not self.game.shown_blocked(self.world, ahead[m])]
+        hinted = self.suggested()[1]
+        return [m for m in hinted if m in safe] or safe or hinted or moves
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -166,6 +206,7 @@ class GridExploration(TextEnv):
                      "result": game.result(world, start, after), "moves": moves}
         self.log.append({**entry, **game.turn_fields(world, start, after)})
         done = world_done or self.turn >= self.max_turns
+        self.over = done
         return StepResult(obs if world_done else f"{obs}\n{self.hint()}", 0.0, done,
                           {"success": False, "valid_action": moves is not None, "moves": moves or []})
 
@@ -215,6 +256,48 @@ def writer_messages(game: GridGame, profile, board: str, exploration_text: str, 
     parts.append(f"Exploration ({start}):\n{exploration_text}")
     return [{"role": "system", "content": game.writer_system}, *WRITER_EXAMPLE,
             {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def llm_candidates(llm, game: GridGame, env_cls, options: dict, world, records: list, n: int,
+                   constrained: bool = False) -> tuple[list[tuple[int, dict]], int]:
+    """The LLM writer's ``(sandbox seed, task)`` candidates from ``records`` (explorations with a valid move),
+    ``n`` asked per exploration, and how many replies held no task list. ``constrained``: a local writer's
+    replies are decoded under the task schema (``questioning/schema.py``)."""
+    from selfevolve.envs import make_env
+    from selfevolve.questioning.schema import game_tasks
+    from selfevolve.questioning.synthesize import parse_tasks
+
+    boards = make_env(env_cls, **game.board_options(options))
+    max_moves = world.max_turns * world.moves_per_turn
+    candidates: list[tuple[int, dict]] = []
+    unparseable = 0
+    for start in range(0, len(records), llm.batch_size):
+        batch = records[start:start + llm.batch_size]
+        earlier = [t["query"] for _, t in candidates]
+        convs, grammars = [], []
+        for r in batch:
+            board = boards.reset(r.seed)
+            convs.append(writer_messages(game, env_cls.profile, board, r.text(), earlier, n, max_moves,
+                                         game.start_text(world, r.seed)))
+            world.reset(r.seed)
+            height, width = board_shape(world)
+            grammars.append(game_tasks(world.moves, height, width, n, max_moves))
+        use = grammars if constrained and llm.constrains else None
+        replies = llm.chat(convs, purpose="write_tasks", grammars=use)
+        for r, reply in zip(batch, replies):
+            found = parse_tasks(reply, bare_steps=True)
+            if found is None:
+                unparseable += 1
+                continue
+            candidates += [(r.seed, t) for t in found[:n]]
+    return candidates, unparseable
+
+
+def board_shape(world) -> tuple[int, int]:
+    """Rows and columns of the board a game was just reset to (FrozenLake's map, Sokoban's room)."""
+    if getattr(world, "desc", None):
+        return len(world.desc), len(world.desc[0])
+    return tuple(world.shape)
 
 
 # ---------------------------------------------------------------------------------------------- filtering
@@ -292,25 +375,13 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     counts_unparseable = 0
     candidates: list[tuple[int, dict]] = []
     say(f"writing tasks from {len(useful)} explorations with a valid move (writer: {q.writer})")
-    max_moves = world.max_turns * world.moves_per_turn
     if q.writer == "template":
         candidates = [(r.seed, t) for r in useful for t in game.template(r, world)]
     else:
         llm = LLM(q.llm, policy, log_dir=out, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype,
                   seed=cfg.seed, api=cfg.llm_api)
-        boards = make_env(env_cls, **game.board_options(options))
-        for start in range(0, len(useful), llm.batch_size):
-            batch = useful[start:start + llm.batch_size]
-            earlier = [t["query"] for _, t in candidates]
-            replies = llm.chat([writer_messages(game, profile, boards.reset(r.seed), r.text(), earlier,
-                                                q.tasks_per_exploration, max_moves, game.start_text(world, r.seed))
-                                for r in batch], purpose="write_tasks")
-            for r, reply in zip(batch, replies):
-                found = parse_tasks(reply, bare_steps=True)
-                if found is None:
-                    counts_unparseable += 1
-                    continue
-                candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+        candidates, counts_unparseable = llm_candidates(llm, game, env_cls, options, world, useful,
+                                                        q.tasks_per_exploration, q.constrained)
 
     # ---- filtering, report --------------------------------------------------------------------------------
     kept, counts = check(game, world, lambda: make_env(env_cls, **options), candidates, duplicate=q.duplicate,

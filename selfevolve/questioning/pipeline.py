@@ -49,6 +49,66 @@ def game_of(env_cls):
     return next((x for cls, x in games if isinstance(env_cls, type) and issubclass(env_cls, cls)), None)
 
 
+def llm_tool_candidates(llm, env_cls, records: list, q) -> tuple[list[tuple[int, dict]], int]:
+    """The LLM writer's ``(sandbox seed, task)`` candidates from tool-world explorations (``q``: the
+    questioning settings) and how many replies held no task list. With ``q.constrained``, a local writer's
+    replies are decoded under the task schema (``questioning/schema.py``)."""
+    from selfevolve.questioning.schema import tool_tasks
+
+    candidates: list[tuple[int, dict]] = []
+    unparseable = 0
+    grammar = tool_tasks(env_cls.toolset, q.tasks_per_exploration, max(2, q.num_ops + 1))
+    constrained = q.constrained and llm.constrains
+    for start in range(0, len(records), llm.batch_size):
+        batch = records[start:start + llm.batch_size]
+        earlier = [t["query"] for _, t in candidates]
+        replies = llm.chat([writer_messages(env_cls.profile, r.text(), earlier, q.tasks_per_exploration, q.num_ops)
+                            for r in batch], purpose="write_tasks",
+                           prefix=WRITER_OPENING if q.writer_prefill and not constrained else "",
+                           grammars=[grammar] * len(batch) if constrained else None)
+        for r, reply in zip(batch, replies):
+            found = parse_tasks(reply)
+            if found is None:
+                unparseable += 1
+                continue
+            candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+    return candidates, unparseable
+
+
+def check_tool_tasks(env_cls, options: dict, world, candidates: list[tuple[int, dict]], duplicate: float,
+                     earlier: list[str] = ()) -> tuple[list[Task], Counter]:
+    """The filters over a tool world's ``(sandbox seed, writer task)`` candidates, in order (``filters.py``):
+    the kept tasks (ids ``{world}-synth-NNNN``, intent ``unknown``) and how many each filter removed.
+    ``earlier``: requests kept before (another round's), which a new one must not duplicate."""
+    counts = Counter({f: 0 for f in TOOL_FILTERS})
+    held_out = [t.instruction for t in make_env(env_cls, **{**options, "split": "test"}).tasks]
+    marks = world.held_out_marks()
+    kept: list[Task] = []
+    for seed, t in candidates:
+        calls = t["action_sequence"]
+        if is_duplicate(t["query"], [k.instruction for k in kept] + list(earlier) + held_out + [EXAMPLE_QUERY],
+                        duplicate):
+            counts["duplicate"] += 1
+        elif not calls:
+            counts["empty_reference"] += 1
+        elif mentions(marks, t["query"] + json.dumps(calls, ensure_ascii=False)):
+            counts["held_out"] += 1
+        elif not (run := execute(world, seed, calls)).ok:
+            counts["execution"] += 1
+        elif not (writes := any(env_cls.toolset[c["name"]].writes for c in calls)) \
+                and not grounded(calls[-1]["arguments"].get("answer", ""), run.results):
+            counts["ungrounded"] += 1  # a look-up whose answer none of its calls returned
+        else:
+            task = Task(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
+                        level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
+                        instruction=t["query"], goal=run.goal, solution=calls)
+            if verifies(make_env(env_cls, **options), task):
+                kept.append(task)
+            else:
+                counts["unverifiable"] += 1
+    return kept, counts
+
+
 def run_questioning(cfg, console=None) -> dict:
     from selfevolve.build import build_policy, build_prompt
     from selfevolve.train.checkpoint import load_init_adapter
@@ -89,44 +149,11 @@ def run_questioning(cfg, console=None) -> dict:
     if q.writer == "template":
         candidates = [(r.seed, t) for r in useful for t in template_tasks(r, profile)]
     else:
-        for start in range(0, len(useful), llm.batch_size):
-            batch = useful[start:start + llm.batch_size]
-            earlier = [t["query"] for _, t in candidates]
-            replies = llm.chat([writer_messages(profile, r.text(), earlier, q.tasks_per_exploration, q.num_ops)
-                                for r in batch], purpose="write_tasks",
-                               prefix=WRITER_OPENING if q.writer_prefill else "")
-            for r, reply in zip(batch, replies):
-                found = parse_tasks(reply)
-                if found is None:
-                    counts["unparseable"] += 1
-                    continue
-                candidates += [(r.seed, t) for t in found[:q.tasks_per_exploration]]
+        candidates, counts["unparseable"] = llm_tool_candidates(llm, env_cls, useful, q)
 
     # ---- filtering -----------------------------------------------------------------------------------------
-    held_out = [t.instruction for t in make_env(env_cls, **{**options, "split": "test"}).tasks]
-    marks = world.held_out_marks()
-    kept: list[Task] = []
-    for seed, t in candidates:
-        calls = t["action_sequence"]
-        if is_duplicate(t["query"], [k.instruction for k in kept] + held_out + [EXAMPLE_QUERY], q.duplicate):
-            counts["duplicate"] += 1
-        elif not calls:
-            counts["empty_reference"] += 1
-        elif mentions(marks, t["query"] + json.dumps(calls, ensure_ascii=False)):
-            counts["held_out"] += 1
-        elif not (run := execute(world, seed, calls)).ok:
-            counts["execution"] += 1
-        elif not (writes := any(env_cls.toolset[c["name"]].writes for c in calls)) \
-                and not grounded(calls[-1]["arguments"].get("answer", ""), run.results):
-            counts["ungrounded"] += 1  # a look-up whose answer none of its calls returned
-        else:
-            task = Task(id=f"{env_cls.name}-synth-{len(kept):04d}", split="synth",
-                             level=env_cls.levels[min(int(writes), len(env_cls.levels) - 1)], intent="unknown",
-                             instruction=t["query"], goal=run.goal, solution=calls)
-            if verifies(make_env(env_cls, **options), task):
-                kept.append(task)
-            else:
-                counts["unverifiable"] += 1
+    kept, found = check_tool_tasks(env_cls, options, world, candidates, q.duplicate)
+    counts.update({k: v for k, v in found.items() if k != "unparseable"})
 
     # ---- intents, report ---------------------------------------------------------------------------------
     if kept and env_cls.intents:

@@ -125,6 +125,9 @@ class SokobanGame(GridGame):
     def player(self, world) -> tuple[int, int]:
         return world.player
 
+    def shown_blocked(self, world, cell: tuple[int, int]) -> bool:
+        return tuple(cell) in world.walls
+
     def state(self, world):
         return (world.player, frozenset(world.boxes))
 

@@ -83,16 +83,19 @@ def parse_tasks(text: str, bare_steps: bool = False) -> list[dict[str, Any]] | N
     return out or None
 
 
-def template_tasks(record, profile) -> list[dict[str, Any]]:
+def template_tasks(record, profile, writes: bool = False) -> list[dict[str, Any]]:
     """``questioning.writer=template``: for each look-up of the exploration that ran and returned a JSON object,
     one question about one of its fields, phrased from the operation's description; the reference is that call
-    and ``finish`` with the field's value. Deterministic; no model involved."""
+    and ``finish`` with the field's value. With ``writes`` (``selfevolve evolve``'s hindsight tasks), each change
+    that ran becomes a request too ("Please <operation> (...). What is its <field> then?"), its reference the
+    call and ``finish`` with a field of its result, and its verifier the world's state after it (the shop's
+    changed rows, ``ToolWorld.derived_goal``). Deterministic; no model involved."""
     ops = {o.name: o for o in profile.operations}
     out = []
     for turn in record.good_turns:
         call = json.loads(turn["call"].split("<tool_call>", 1)[-1].split("</tool_call>", 1)[0])
         op = ops.get(call["name"])
-        if op is None or op.writes:
+        if op is None or (op.writes and not writes):
             continue
         try:
             value = json.loads(turn["result"].split("\n", 1)[0])
@@ -107,7 +110,9 @@ def template_tasks(record, profile) -> list[dict[str, Any]]:
         key = fields[0]
         args = ", ".join(f"{k} {v}" for k, v in call["arguments"].items())
         what = op.description.splitlines()[0].rstrip(".").lower()
-        out.append({"query": f"I want to {what} ({args}). What is its {key.replace('_', ' ')}?",
+        query = f"Please {what} ({args}). What is its {key.replace('_', ' ')} then?" if op.writes else \
+            f"I want to {what} ({args}). What is its {key.replace('_', ' ')}?"
+        out.append({"query": query,
                     "confidence": 1.0, "action_sequence": [call, {"name": "finish",
                                                                   "arguments": {"answer": value[key]}}]})
     return out

@@ -193,8 +193,26 @@ def judgement(label: str, rationale: str, source: str, defaulted: bool = False) 
     return {"label": label, "rationale": rationale, "source": source, "defaulted": defaulted}
 
 
-def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_tokens: int = 512
-                ) -> tuple[list[list[dict]], dict[str, float]]:
+def judgment_grammar(n: int, analysis_tokens: int = 24):
+    """``attribution.constrained``: the judge's reply as a grammar (``models/constrained.py``) — for each step
+    ``Step i Analysis:`` and a line of the model's own words, then ``Step i Judgment:`` and GOOD or BAD, nothing
+    else — so that every step of every reply has a label the parser reads (the words of the analysis and the
+    label are still the model's choice)."""
+    from selfevolve.models.constrained import Free, Lit, OneOf
+
+    def grammar():
+        for i in range(1, n + 1):
+            yield Lit(f"Step {i} Analysis:")
+            yield Free(end="\n", max_tokens=analysis_tokens, forbid="\n\r")
+            yield Lit(f"Step {i} Judgment:")
+            yield OneOf([" GOOD", " BAD"])
+            if i < n:
+                yield Lit("\n")
+    return grammar
+
+
+def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_tokens: int = 512,
+                constrained: bool = False) -> tuple[list[list[dict]], dict[str, float]]:
     """Judgements of every step of ``items`` by ``llm`` (one conversation per trajectory), and counts:
     ``attribution/calls`` (conversations), ``attribution/defaulted`` (steps given the default label),
     ``attribution/unparsed`` (replies without any label), ``attribution/bare`` (replies read by the bare-word
@@ -202,7 +220,8 @@ def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_
 
     The conversations are sent shortest trajectory first, in chunks of the LLM's batch size, each chunk with a
     reply budget of ``tokens_per_step`` × its longest trajectory's steps (at most ``max_new_tokens``): a small
-    model that never stops writes to its budget, and most trajectories are short."""
+    model that never stops writes to its budget, and most trajectories are short. ``constrained``: each reply is
+    decoded under :func:`judgment_grammar` (a local judge; its budget then covers the grammar's longest reply)."""
     out: list[list[dict]] = [[] for _ in items]
     stats = {"attribution/calls": 0, "attribution/defaulted": 0, "attribution/unparsed": 0, "attribution/bare": 0}
     order = sorted((i for i, it in enumerate(items) if it.steps), key=lambda i: len(items[i].steps))
@@ -213,7 +232,12 @@ def judge_steps(llm, items: list[JudgeItem], tokens_per_step: int = 48, max_new_
         budget = max(16, min(max_new_tokens, tokens_per_step * longest + 8))
         convs = [attribution_messages(items[i].task, items[i].start, items[i].steps, items[i].success)
                  for i in chunk]
-        replies = llm.chat(convs, purpose="attribution", max_new_tokens=budget)
+        grammars = None
+        if constrained and getattr(llm, "constrains", False):
+            grammars = [judgment_grammar(len(items[i].steps)) for i in chunk]
+            budget = max(budget, 48 * longest)  # a constrained reply's longest: 24 free tokens + ~20 fixed a step
+        more = {"grammars": grammars} if grammars else {}  # an LLM stand-in without grammars is asked plainly
+        replies = llm.chat(convs, purpose="attribution", max_new_tokens=budget, **more)
         stats["attribution/calls"] += len(convs)
         for i, reply in zip(chunk, replies):
             parsed, how = parse_step_judgments(reply, len(items[i].steps))
@@ -267,7 +291,8 @@ class Attributor:
         else:
             self.llm.step = step  # the calls belong to the step being made (resume truncates llm_calls.jsonl by it)
             judged, metrics = judge_steps(self.llm, [judge_item(t, self.rules) for t in trajs],
-                                          self.spec.tokens_per_step, self.spec.max_new_tokens)
+                                          self.spec.tokens_per_step, self.spec.max_new_tokens,
+                                          constrained=self.spec.constrained)
         for i, (t, labels) in enumerate(zip(trajs, judged)):
             for k, (s, j) in enumerate(zip(t.steps, labels)):
                 if truth is not None and self.mode == "llm":

@@ -3,7 +3,8 @@ truth, and how far a judge's labels agree with them.
 
 :class:`Oracle` replays a trajectory from its task seed and labels each step from the state before and after it:
 
-- FrozenLake: GOOD iff the step reduced the breadth-first distance to the goal over safe ice (a hole is BAD);
+- FrozenLake: GOOD iff the step reduced the breadth-first distance to the goal over safe ice (a hole is BAD; a
+  synthesized task's goal is its target cell, G then ending it unsolved);
 - Sokoban: GOOD iff the step reduced the length of a shortest solution (``envs.sokoban.solve``, cached per
   state); a push into a dead end (no solution any more) is BAD;
 - tool worlds: GOOD iff the call succeeded and is part of the reference solution or equivalent to it — the same
@@ -37,18 +38,21 @@ class OracleMismatch(RuntimeError):
     that is not deterministic given its seed has no oracle)."""
 
 
-def lake_distances(desc: list[str]) -> dict[tuple[int, int], int]:
+def lake_distances(desc: list[str], target: tuple[int, int] | None = None) -> dict[tuple[int, int], int]:
     """Breadth-first distance of every cell to the nearest goal over non-hole cells (holes and cells cut off
-    from the goal are absent)."""
+    from the goal are absent). ``target``: a synthesized task's cell instead of G; G, where the game ends
+    unsolved for such a task, then counts as a hole."""
     rows, cols = len(desc), len(desc[0]) if desc else 0
-    goals = [(r, c) for r in range(rows) for c in range(cols) if desc[r][c] == "G"]
+    goals = [tuple(target)] if target is not None else \
+        [(r, c) for r in range(rows) for c in range(cols) if desc[r][c] == "G"]
+    blocked = "HG" if target is not None else "H"
     dist = {g: 0 for g in goals}
     queue = deque(goals)
     while queue:
         r, c = queue.popleft()
         for dr, dc in ((0, -1), (1, 0), (0, 1), (-1, 0)):
             nxt = (r + dr, c + dc)
-            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in dist and desc[nxt[0]][nxt[1]] != "H":
+            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in dist and desc[nxt[0]][nxt[1]] not in blocked:
                 dist[nxt] = dist[(r, c)] + 1
                 queue.append(nxt)
     return dist
@@ -101,11 +105,11 @@ class Oracle:
     # -- games: distance to the goal (FrozenLake) or to a solved room (Sokoban), None when unreachable
     def _lake_distance(self) -> int | None:
         env = self.env
-        key = tuple(env.desc)
+        key = (tuple(env.desc), env.target)  # a synthesized task's target cell (selfevolve evolve's pool)
         if key not in self._lake:
             if len(self._lake) >= CACHE_LIMIT:
                 self._lake.clear()
-            self._lake[key] = lake_distances(env.desc)
+            self._lake[key] = lake_distances(env.desc, env.target)
         return self._lake[key].get(env.position)  # a hole has no distance
 
     def _box_distance(self) -> int | None:

@@ -63,7 +63,9 @@ from selfevolve.types import Trajectory
 from selfevolve.view.record import EVAL_LOG, eval_records, trajectory_records
 
 class Trainer:
-    def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None):
+    def __init__(self, cfg: Config, env: type[TextEnv] | None = None, console: Console | None = None, tasks=None):
+        """``tasks``: the training-task source (``next``, ``update``, ``state_dict``, ...) instead of the one the
+        config names (``selfevolve evolve`` trains each round on its task pool: ``evolve/pool.py``)."""
         self.env_cls = resolve_env(cfg, env)
         if env is not None:
             # The saved config names the environment actually trained on (the caller's config is not changed).
@@ -91,10 +93,11 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay
         )
+        self.tasks = tasks if tasks is not None else make_task_source(cfg, getattr(self.env_cls, "name",
+                                                                                       self.env_cls.__name__))
         self.rng = random.Random(cfg.seed)
         # the algorithm, picked by name once: credit and update (selfevolve/objectives/)
         self.objective = make_objective(cfg, self.policy, self.builder, self.optimizer, self.rng)
-        self.tasks = make_task_source(cfg, getattr(self.env_cls, "name", self.env_cls.__name__))
         self.generator = self.policy.stream(cfg.seed)  # search's random stream (per-episode streams for sampling)
         self.step = 0
         self.resumed = False

@@ -24,27 +24,29 @@ from selfevolve.envs.pool import EnvPool
 from selfevolve.types import Step, Task, Trajectory
 
 
-def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer) -> list[Trajectory]:
-    """Play each task with the environment's expert; stop when it has no action (or the episode ends)."""
+def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer, act=None) -> list[Trajectory]:
+    """Play each task with the environment's expert; stop when it has no action (or the episode ends).
+    ``act(env, k)``: the ``k``-th action from another source instead (``selfevolve evolve`` plays the verified
+    reference of a task the agent wrote: ``evolve/imitation.py``)."""
     eot = builder.eot_id()
     stops = end_of_turn_ids(tokenizer)
     trajs = []
     pool = EnvPool(env_cls, options)  # one environment plays every task in turn (reset starts each afresh)
     try:
         for task in tasks:
-            trajs.append(_expert_episode(pool.take(1)[0], task, builder, tokenizer, eot, stops))
+            trajs.append(_expert_episode(pool.take(1)[0], task, builder, tokenizer, eot, stops, act))
     finally:
         pool.close()
     return trajs
 
 
-def _expert_episode(env, task: Task, builder, tokenizer, eot: int, stops: set[int]) -> Trajectory:
-    """One task played by the environment's expert, laid out as the model's episodes are."""
+def _expert_episode(env, task: Task, builder, tokenizer, eot: int, stops: set[int], act=None) -> Trajectory:
+    """One task played by the environment's expert (or ``act``), laid out as the model's episodes are."""
     ctx = EpisodeContext(builder, task.instruction, env.reset(task.seed))
     task.content = content_digest(env)
     traj = Trajectory(task=task, group_id=task.id)
-    for _ in range(env.max_turns):
-        action = env.expert_action()
+    for k in range(env.max_turns):
+        action = env.expert_action() if act is None else act(env, k)
         if action is None:
             break
         # literal: a synthesized task's reference call may hold any text, and the model must learn to write

@@ -319,11 +319,55 @@ def config_facts(cfg: dict) -> list[list[str]]:
     return facts
 
 
+def load_evolve(root: Path) -> RunData:
+    """A ``selfevolve evolve`` folder: its rounds' training runs (``round-R/train``) as one run whose steps
+    continue from round to round (round R's step s is step offset_R + s), every metric row and trajectory
+    marked with its round (``round``), and the facts naming the steps each round spans."""
+    rounds = sorted((p for p in root.glob("round-*/train") if p.is_dir()),
+                    key=lambda p: int(p.parent.name.split("-")[1]) if p.parent.name.split("-")[1].isdigit() else 0)
+    if not rounds:
+        raise SelfEvolveError(f"{root}: an evolve folder without a trained round yet (no round-R/train)")
+    merged: RunData | None = None
+    offset, facts = 0, []
+    for folder in rounds:
+        r = int(folder.parent.name.split("-")[1])
+        part = load_run(folder)
+        last = max([m["step"] for m in part.summary["metrics"]] + part.summary["steps"] + [0])
+        for m in part.summary["metrics"]:
+            m["step"] += offset
+            m["round"] = r
+        for steps in part.steps.values():
+            for t in steps:
+                t["step"] += offset
+                t["flags"]["round"] = r
+        for e in part.summary["index"]:
+            e["s"] += offset
+        steps = {s + offset: v for s, v in part.steps.items()}
+        facts.append([f"round {r}", f"steps {offset}–{offset + last}"])
+        if merged is None:
+            merged = RunData(root, part.summary, steps, {s + offset: v for s, v in part.trees.items()})
+        else:
+            merged.summary["metrics"] += part.summary["metrics"]
+            merged.summary["index"] += part.summary["index"]
+            merged.steps.update(steps)
+            merged.trees.update({s + offset: v for s, v in part.trees.items()})
+            for k, v in part.summary["skipped"].items():
+                merged.summary["skipped"][k] = merged.summary["skipped"].get(k, 0) + v
+        offset += last
+    merged.summary["steps"] = sorted(merged.steps)
+    merged.summary["trees"] = {str(s): len(v) for s, v in sorted(merged.trees.items())}
+    merged.summary["name"] = root.resolve().name
+    merged.summary["facts"] = merged.summary["facts"] + facts
+    return merged
+
+
 def load_run(root: str | Path) -> RunData:
-    """Everything the viewer shows of the run folder ``root``."""
+    """Everything the viewer shows of the run folder ``root`` (an evolve folder: :func:`load_evolve`)."""
     root = Path(root)
     if not root.is_dir():
         raise SelfEvolveError(f"{root}: no such run folder")
+    if (root / "evolve.json").is_file() and not (root / "metrics.jsonl").is_file():
+        return load_evolve(root)
     if not (root / "trajectories.jsonl").is_file() and not (root / "metrics.jsonl").is_file():
         raise SelfEvolveError(f"{root}: not a run folder (no trajectories.jsonl or metrics.jsonl)")
     skipped: Counter = Counter()

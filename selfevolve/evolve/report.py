@@ -1,0 +1,164 @@
+"""The evolve run's report, rewritten after every round: ``evolve.json`` (the state, every figure), ``evolve.md``
+(a page per run: what it saw, then per round the explorations, the tasks proposed and kept by each filter, the
+pool and its success-rate histogram, imitation and RL figures, held-out success) and ``evolve.png`` (held-out
+success per round, and the pool's size)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
+MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
+         "imitation/ratio", "imitation/clipped", "pool/p_mean")
+
+
+def train_figures(train_dir: Path) -> dict[str, float]:
+    """A round's RL figures from its ``metrics.jsonl``: updates, the mean of each of ``MEANS`` over them, and the
+    rollout and update seconds."""
+    path = train_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    steps = [m for m in rows if m.get("step", 0) >= 1]
+    out: dict[str, float] = {"updates": len(steps)}
+    for key in MEANS:
+        vals = [m[key] for m in steps if isinstance(m.get(key), (int, float))]
+        if vals:
+            out[key] = round(sum(vals) / len(vals), 4)
+    for key in ("time/rollout", "time/update"):
+        out[key] = round(sum(m.get(key, 0.0) for m in steps), 1)
+    return out
+
+
+def metric_sum(train_dir: Path, key: str) -> float:
+    """The sum of one metric over a round's updates."""
+    path = train_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    return float(sum(m.get(key, 0.0) for m in rows if m.get("step", 0) >= 1))
+
+
+def curve(state: dict) -> list[tuple[str, float | None, int]]:
+    """``(label, held-out success, pool size)``: before round 0, then after each round."""
+    points = []
+    if state.get("start_eval"):
+        points.append(("start", state["start_eval"].get("eval/success"), 0))
+    for rec in state["rounds"]:
+        if "trained" in rec.get("stages", []):
+            points.append((f"round {rec['round']}", rec.get("eval", {}).get("eval/success"),
+                           rec.get("pool", {}).get("tasks", 0)))
+    return points
+
+
+def summary(state: dict) -> dict:
+    pts = curve(state)
+    done = [r for r in state["rounds"] if "trained" in r.get("stages", [])]
+    return {"rounds": len(done), "start": pts[0][1] if pts and pts[0][0] == "start" else None,
+            "final": pts[-1][1] if pts else None, "pool": pts[-1][2] if pts else 0,
+            "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
+
+
+def saw(state: dict) -> list[str]:
+    """What the run saw (issue 41 item 3), from its records."""
+    rounds = state["rounds"]
+    seeds = sorted({s for r in rounds for s in r.get("explore", {}).get("sandbox_seeds", [])})
+    kept = sum(r.get("write", {}).get("kept", 0) for r in rounds)
+    writers: dict[str, int] = {}
+    for r in rounds:
+        for w, n in r.get("write", {}).get("kept_per_writer", {}).items():
+            writers[w] = writers.get(w, 0) + n
+    span = f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "none"
+    return [
+        f"- environment: `{state.get('env')}`, its rules and its verifier;",
+        f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",
+        f"- tasks trained on: {kept} written by the agent ({', '.join(f'{w}: {n}' for w, n in writers.items()) or 'none'}),"
+        " each verified by replaying its reference; **0 human-written training tasks** (the rounds' environments"
+        " play only the pool, `split=synth`);",
+        "- expert (BFS) episodes: **0** (`train.warm_start_steps` is not used; behaviour cloning is on the pool's"
+        " own reference paths);",
+        "- prompt examples: the environment's one format example (its few-shot turns on a hand-made board);",
+        "- held-out evaluation: the environment's test split (content-disjoint from training), for evaluation only.",
+    ]
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def markdown(state: dict) -> str:
+    lines = [f"# selfevolve evolve: {state.get('env')}", "", "## What the run saw", "", *saw(state), "",
+             "## Held-out success per round", "", "| point | held-out success | pool tasks |", "|---|---:|---:|"]
+    lines += [f"| {p} | {_pct(s)} | {n} |" for p, s, n in curve(state)]
+    for rec in state["rounds"]:
+        r = rec["round"]
+        lines += ["", f"## Round {r}", ""]
+        ex = rec.get("explore")
+        if ex:
+            extra = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in ex.items()
+                              if k not in ("explorations", "answers", "valid_answers", "sandbox_seeds",
+                                           "explorations_with_a_valid_answer", "seconds"))
+            lines.append(f"- explored: {ex['explorations']} explorations, {ex['valid_answers']} valid answers of "
+                         f"{ex['answers']}, {ex['explorations_with_a_valid_answer']} explorations with one"
+                         + (f"; {extra}" if extra else "") + f" ({ex.get('seconds', 0)} s)")
+        wr = rec.get("write", {})
+        if "skipped" in wr:
+            lines.append(f"- tasks: none written ({wr['skipped']})")
+        elif wr:
+            removed = ", ".join(f"{k} {v}" for k, v in wr["removed"].items())
+            lines.append(f"- tasks: {wr['candidates']} proposed ({_kv(wr.get('candidates_per_writer', {}))}); "
+                         f"removed: {removed}; kept {wr['kept']} ({_kv(wr.get('kept_per_writer', {}))}); "
+                         f"intents {_kv(wr.get('intents', {}))}")
+        pool = rec.get("pool", {})
+        if pool:
+            hist = pool.get("histogram")
+            lines.append(f"- pool: {pool.get('tasks', 0)} tasks" + (f"; success-rate histogram {_kv(hist)}" if hist
+                                                                     else "")
+                         + (f"; {pool['buffered']} successes buffered for replay" if "buffered" in pool else ""))
+        bc = rec.get("bc")
+        if bc:
+            lines.append(f"- behaviour cloning: {bc['bc/steps']} steps on {bc['bc/demonstrations']} reference "
+                         f"demonstrations ({bc['bc/demonstrations_solved']} solved), loss {bc['bc/loss_first']:.3f}"
+                         f" → {bc['bc/loss_last']:.3f}")
+        tr = rec.get("train", {})
+        if tr and "skipped" not in tr:
+            lines.append("- RL: " + _kv({k: v for k, v in tr.items()}))
+        ev = rec.get("eval")
+        if ev:
+            lines.append("- held-out: " + _kv({k: round(v, 3) if isinstance(v, float) else v for k, v in ev.items()
+                                               if k.startswith("eval/")}))
+    return "\n".join(lines) + "\n"
+
+
+def _kv(d: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+
+
+def figure(state: dict, path: Path) -> None:
+    """Held-out success per round (line) and the pool's size (bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = curve(state)
+    if not pts:
+        return
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    xs = range(len(pts))
+    ax2 = ax.twinx()
+    ax2.bar(xs, [n for _, _, n in pts], color="#dde6f0", width=0.5, zorder=0)
+    ax2.set_ylabel("pool tasks")
+    ax.set_zorder(ax2.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.plot(xs, [s if s is not None else float("nan") for _, s, _ in pts], marker="o", color="#1f5fa8")
+    ax.set_xticks(list(xs), [p for p, _, _ in pts])
+    ax.set_ylabel("held-out greedy success")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"selfevolve evolve: {state.get('env')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(out: Path, state: dict) -> None:
+    (out / JSON).write_text(json.dumps({"summary": summary(state), **state}, indent=1))
+    (out / MARKDOWN).write_text(markdown(state))
+    figure(state, out / FIGURE)

@@ -1,0 +1,366 @@
+"""selfevolve evolve on real parts: FrozenLake's maps, the template writer, the filters, the tiny policy, the
+trainer. Hindsight tasks verify by replay; the pool draws by learnability; imitation rows carry their weights and
+ratios; two rounds run end to end and resume mid-round to the same result."""
+
+import json
+import math
+import random
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from selfevolve import cli, load_config
+from selfevolve.algos.imitation import imitation_loss
+from selfevolve.envs import FrozenLakeEnv, make_env
+from selfevolve.evolve import Evolver
+from selfevolve.evolve.hindsight import write_tasks
+from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
+from selfevolve.evolve.loop import EvolveTrainer, share
+from selfevolve.evolve.pool import Entry, PoolTasks, TaskPool
+from selfevolve.questioning import grid
+from selfevolve.questioning.explore import ExplorationRecord
+from selfevolve.questioning.games import FROZENLAKE_GAME, GameExploration
+from selfevolve.build import build_policy, build_prompt
+from selfevolve.objectives.samples import collate
+from selfevolve.view.load import load_run
+from selfevolve.worlds.base import Task as WorldTask
+
+TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8", "train.progress=false"]
+SEED0 = ["SFFF", "HFFF", "FFHH", "FFFG"]  # training seed 0's map (split=train redraws the held-out ones)
+WALK = ["Right", "Right", "Left", "Down", "Down", "Down", "Right", "Right"]  # ends on G at the 8th move
+# The cells the walk reached, in order of first arrival, with the loop-erased moves that got there (by hand):
+REACHED = [((0, 1), ["Right"]), ((0, 2), ["Right", "Right"]), ((1, 1), ["Right", "Down"]),
+           ((2, 1), ["Right", "Down", "Down"]), ((3, 1), ["Right", "Down", "Down", "Down"]),
+           ((3, 2), ["Right", "Down", "Down", "Down", "Right"]), ((3, 3), ["Right", "Down", "Down", "Down", "Right", "Right"])]
+
+
+def walked(seed=0, moves=WALK) -> ExplorationRecord:
+    """A scripted exploration of a training map (what the explorer logs, without a model)."""
+    env = GameExploration(FrozenLakeEnv(split="train"), breadth_steps=4, max_turns=8)
+    env.reset(seed)
+    for m in moves:
+        if env.step(m).done:
+            break
+    return ExplorationRecord(seed=seed, turns=env.log)
+
+
+def test_hindsight_tasks_are_the_states_reached_verified_by_replay(tmp_path):
+    cfg = load_config(overrides=TINY)
+    world = FrozenLakeEnv(split="train")
+    world.reset(0)
+    assert world.desc == SEED0
+    record = walked()
+    kept, report = write_tasks(cfg, FrozenLakeEnv, [record], None, set(), [], tmp_path, TaskPool.key)
+    assert [(tuple(t.goal["target"]), t.solution) for t, _, _ in kept] == REACHED
+    assert kept[-1][0].instruction == "Walk from your start to the goal G without falling into a hole."
+    assert {w for _, w, _ in kept} == {"template"} and {s for _, _, s in kept} == {0}
+    assert report["candidates"] == 7 and report["kept"] == 7 and not any(report["removed"].values())
+    assert report["intents"] == {"reach_cell": 6, "reach_goal": 1}
+
+    # every kept task is solved by its reference, played in the environment of the pool (split=synth)
+    pool = TaskPool()
+    pool.add(kept, 0)
+    tasks_file = pool.save(tmp_path / "pool")
+    options = {"split": "synth", "tasks_file": str(tasks_file)}
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv, **options))
+    src = PoolTasks(pool, "frozenlake", list(range(len(pool))))
+    demos = reference_episodes(FrozenLakeEnv, options, [src.task(i) for i in range(len(pool))],
+                               [e.task.solution for e in pool.entries], builder, policy.tokenizer)
+    assert all(d.success for d in demos) and [len(d.steps) for d in demos] == [len(m) for _, m in REACHED]
+
+    # the same states again are duplicates of the pool's tasks
+    again, report = write_tasks(cfg, FrozenLakeEnv, [record], None, pool.keys(), [], tmp_path, TaskPool.key)
+    assert again == [] and report["removed"]["duplicate"] == 7
+
+
+def test_a_task_whose_reference_fails_is_dropped():
+    world = FrozenLakeEnv(split="train")
+    good = FROZENLAKE_GAME.template(walked(), world)
+    bad = [  # (0-based) (1, 0) is a hole; a reference that ends elsewhere than the cell it names
+        {"query": "Walk to row 2, column 1.", "confidence": 1.0, "action_sequence": [{"name": "Down", "arguments": {}}]},
+        {"query": "Walk to row 1, column 4.", "confidence": 1.0, "action_sequence": [{"name": "Right", "arguments": {}}]},
+    ]
+    kept, counts = grid.check(FROZENLAKE_GAME, world, lambda: FrozenLakeEnv(split="train"),
+                              [(0, t) for t in bad + good], duplicate=0.8, seed_offset=10**6, name="frozenlake")
+    assert len(kept) == 7 and counts["execution"] == 2 and sum(counts.values()) == 2
+
+
+def entry(attempts, successes, name="t"):
+    task = WorldTask(name, "synth", 1, "reach_cell", name, {"seed": 0}, [])
+    return Entry(task, "template", 0, 0, attempts, successes)
+
+
+def test_the_learnability_draw_by_hand():
+    # prior 0.5 with weight 2, floor 0.05: p = (s + 1) / (a + 2), w = p(1 - p) + 0.05
+    pool = TaskPool(prior=0.5, prior_weight=2.0, floor=0.05)
+    pool.entries = [entry(0, 0, "new"), entry(4, 4, "solved"), entry(4, 0, "hopeless"), entry(2, 1, "half")]
+    p = [pool.estimate(e) for e in pool.entries]
+    assert p == pytest.approx([0.5, 5 / 6, 1 / 6, 0.5])
+    w = [pool.weight(e) for e in pool.entries]
+    assert w == pytest.approx([0.30, 5 / 36 + 0.05, 5 / 36 + 0.05, 0.30])
+    rng = random.Random(0)
+    counts = [0, 0, 0, 0]
+    for _ in range(20000):
+        counts[pool.draw(1, rng)[0]] += 1
+    share_ = [c / 20000 for c in counts]
+    assert share_ == pytest.approx([x / sum(w) for x in w], abs=0.015)
+    assert sorted(pool.draw(4, rng)) == [0, 1, 2, 3] and len(pool.draw(6, rng)) == 6  # then again
+    uniform = TaskPool(curriculum=False)
+    uniform.entries = pool.entries
+    assert {uniform.weight(e) for e in uniform.entries} == {1.0}
+    # the report's histogram of empirical rates s / a: 1.0, 0.0, 0.5; the new task unplayed
+    assert pool.histogram() == {"0.0-0.2": 1, "0.2-0.4": 0, "0.4-0.6": 1, "0.6-0.8": 0, "0.8-1.0": 1, "unplayed": 1}
+
+
+def test_the_imitation_loss_by_hand():
+    logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    mu = torch.tensor([-1.5, -1.0, float("nan")])  # ratios e^0.5 (cut at c = 1), e^-1; the last a demonstration
+    loss, st = imitation_loss(logp, mu, torch.full((3,), 0.5), clip=1.0)
+    r = [1.0, math.exp(-1.0), 1.0]
+    assert float(loss) == pytest.approx(-(0.5 * r[0] * -1.0 + 0.5 * r[1] * -2.0 + 0.5 * r[2] * -0.5) / 3)
+    loss.backward()
+    assert logp.grad.tolist() == pytest.approx([-0.5 * x / 3 for x in r])  # no gradient through the ratio
+    assert st["imitation/clipped"] == pytest.approx(1 / 3) and st["imitation/ratio"] == pytest.approx(sum(r) / 3)
+
+
+def test_imitation_rows_carry_their_weights_and_ratios(tmp_path):
+    cfg = load_config(overrides=TINY)
+    pool = TaskPool()
+    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool.add(kept[:3], 0)
+    options = {"split": "synth", "tasks_file": str(pool.save(tmp_path))}
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv, **options))
+    src = PoolTasks(pool, "frozenlake", [0, 1, 2])
+    from selfevolve.rollout.runner import rollout
+
+    trajs = rollout(policy, [make_env(FrozenLakeEnv, **options) for _ in range(3)], [src.task(i) for i in range(3)],
+                    builder, max_turns=3, generator=torch.Generator().manual_seed(0))
+    traj = trajs[1]
+    (row,) = buffer_rows(traj)  # the full-history chat: one row per episode
+    assert row["ids"] == traj.steps[-1].prompt_ids + traj.steps[-1].action_ids
+    assert row["logprobs"] == [round(x, 6) for s in traj.steps for x in s.logprobs]
+    assert sum(row["mask"]) == sum(len(s.action_ids) for s in traj.steps)
+
+    # the buffer: task 0's success from draw 1, task 1's from draw 3 (this update's own draw: not replayed yet)
+    pool.entries[0].buffer = [{**row, "draw": 1}]
+    pool.entries[1].buffer = [{**buffer_rows(trajs[0])[0], "draw": 3}]
+    term = ImitationTerm(policy, weight=0.25, clip=1.0, rows=8, micro_batch_tokens=4096)
+    assert term.prepare(pool, draw=3, rng=random.Random(0)) == 1
+    (picked,) = term.rows
+    assert picked.ids == row["ids"] and picked.old_logprobs == row["logprobs"]
+
+    policy.model.zero_grad(set_to_none=True)
+    stats = term(0)
+    b = collate([picked], policy.pad_id)
+    with torch.no_grad():
+        logp, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"])
+    ratio = (logp - b["old_logprobs"]).exp().clamp(max=1.0)
+    assert stats["imitation/ratio"] == pytest.approx(float(ratio.mean()), rel=1e-4)
+    assert stats["loss/imitation"] == pytest.approx(float(-(0.25 * ratio * logp).mean()), rel=1e-4)
+    assert stats["imitation/rows"] == 1
+    grads = [p.grad for p in policy.trainable_parameters()]
+    assert any(g is not None and float(g.abs().sum()) > 0 for g in grads)
+
+
+def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
+    cfg = load_config(overrides=TINY)
+    pool = TaskPool()
+    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool.add(kept, 0)
+    tasks_file = pool.save(tmp_path / "round")
+    rcfg = load_config(overrides=[*TINY, "env.split=synth", f"env.tasks_file={tasks_file}", "train.tasks_per_step=2",
+                                  "algo.group_size=2", f"train.out_dir={tmp_path / 'train'}",
+                                  "evolve.imitation_weight=0.5"])
+    src = PoolTasks(pool, "frozenlake", list(range(len(pool))))
+    trainer = EvolveTrainer(rcfg, src)
+    demo = reference_episodes(FrozenLakeEnv, trainer.env_options, [src.task(0)], [pool.entries[0].task.solution],
+                              trainer.builder, trainer.policy.tokenizer)[0]
+    pool.entries[0].buffer = [{**buffer_rows(demo)[0], "draw": 0}]  # a demonstration's log-probs are 0: rho = pi
+    bc = trainer.clone_references(1, 4, seed=0)
+    assert bc["bc/demonstrations"] == 4 and bc["bc/demonstrations_solved"] == 4
+    metrics = trainer.train_step()
+    assert metrics["imitation/rows"] == 1 and metrics["loss/imitation"] > 0 and "loss/policy" in metrics
+    assert src.draws == 1 and sum(e.attempts for e in pool.entries) == 4  # 2 tasks x 2 rollouts counted
+
+
+def test_rounds_share_the_updates():
+    assert [share(20, 3, r) for r in range(3)] == [6, 7, 7]
+    assert [share(10, 3, r) for r in range(3)] == [3, 3, 4] and [share(2, 3, r) for r in range(3)] == [0, 1, 1]
+
+
+EVOLVE = [*TINY, "env.size=3", "evolve.rounds=2", "train.steps=4", "train.tasks_per_step=2", "algo.group_size=2",
+          "questioning.explorations=3", "questioning.steps=4", "eval.episodes=3", "evolve.bc_steps=2",
+          "evolve.bc_tasks=3", "env.max_turns=3"]
+
+
+def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_path):
+    straight = tmp_path / "straight"
+    summary = Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}"])).run()
+    assert summary["rounds"] == 2 and [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
+    state = json.loads((straight / "evolve.json").read_text())
+    for rec in state["rounds"]:
+        assert rec["stages"] == ["explored", "written", "trained"]
+        assert rec["explore"]["valid_answers"] == rec["explore"]["answers"]  # answers masked to the moves
+        assert rec["write"]["kept"] > 0 and rec["train"]["updates"] == 2 and "eval/success" in rec["eval"]
+    # round 1's pool holds round 0's tasks (with their counts) and its own; round 0's explored seeds 0-2, round 1's 3-5
+    r0 = [json.loads(x) for x in (straight / "round-0" / "pool_end.jsonl").read_text().splitlines()]
+    r1 = [json.loads(x) for x in (straight / "round-1" / "pool.jsonl").read_text().splitlines()]
+    assert r1[:len(r0)] == r0 and len(r1) == len(r0) + state["rounds"][1]["write"]["kept"]
+    assert sum(e["attempts"] for e in r0) == 2 * 2 * 2  # 2 updates x 2 tasks x 2 rollouts
+    assert state["rounds"][1]["explore"]["sandbox_seeds"] == [3, 4, 5]
+    page = (straight / "evolve.md").read_text()
+    assert "0 human-written training tasks" in page and "## Round 1" in page and (straight / "evolve.png").is_file()
+    train1 = load_config(str(straight / "round-1" / "train" / "config.yaml"))
+    assert (train1.env.split, train1.train.warm_start_steps) == ("synth", 0)
+    assert train1.model.init_from == str(straight / "round-0" / "train")
+
+    # the viewer shows the rounds as one run: round 1's steps follow round 0's, each marked with its round
+    view = load_run(straight)
+    assert view.summary["steps"] == [1, 2, 3, 4] and [f for f in view.summary["facts"] if f[0].startswith("round")] \
+        == [["round 0", "steps 0–2"], ["round 1", "steps 2–4"]]
+    assert {(m["step"], m["round"]) for m in view.summary["metrics"] if m["step"] in (2, 4)} >= {(2, 0), (4, 1)}
+    assert {t["flags"]["round"] for t in view.steps[3]} == {1}
+
+    # a crash after round 1's first update, in the same folder: its second checkpoint never written, the round
+    # not marked trained; what the uninterrupted run wrote is kept aside to compare
+    ckpts = straight / "round-1" / "train" / "checkpoints"
+    adapter = load_file(str(ckpts / "step-2" / "adapter.safetensors"))
+    pool_end = (straight / "round-1" / "pool_end.jsonl").read_text()
+    metrics = [json.loads(x) for x in (straight / "round-1" / "train" / "metrics.jsonl").read_text().splitlines()]
+    shutil.rmtree(ckpts / "step-2")
+    (ckpts / "latest").write_text("step-1")
+    crashed = json.loads((straight / "evolve.json").read_text())
+    crashed["rounds"][1]["stages"].remove("trained")
+    (straight / "evolve.json").write_text(json.dumps(crashed))
+    for f in (straight / "round-1").glob("pool_end*"):
+        f.unlink()
+    with pytest.raises(Exception, match="already holds an evolve run"):
+        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}"]))
+    again = Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true"])).run()
+    assert again["curve"] == summary["curve"]
+    b = load_file(str(ckpts / "step-2" / "adapter.safetensors"))
+    assert adapter.keys() == b.keys() and all(torch.allclose(adapter[k], b[k], atol=1e-6) for k in adapter)
+    assert (straight / "round-1" / "pool_end.jsonl").read_text() == pool_end
+    mb = [json.loads(x) for x in (straight / "round-1" / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in mb] == [0, 1, 2]
+    assert metrics[-1]["reward/mean"] == pytest.approx(mb[-1]["reward/mean"]) and \
+        metrics[-1]["loss/policy"] == pytest.approx(mb[-1]["loss/policy"], rel=1e-5, abs=1e-7)
+
+    # a resume with another evolve setting is refused, naming it
+    with pytest.raises(Exception, match="evolve"):
+        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
+                                       "evolve.imitation_weight=0.3"]))
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(cli.app, ["evolve", "model.name=tiny", "evolve.rounds=0"])
+    assert r.exit_code == 2 and "evolve.rounds" in r.output and "Traceback" not in r.output
+    r = runner.invoke(cli.app, ["evolve", "model.name=tiny", "env.slippery=true", f"train.out_dir={tmp_path}"])
+    assert r.exit_code == 2 and "slippery" in r.output
+
+
+def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_path):
+    """The shop: what a scripted exploration's calls returned becomes look-up tasks, and a change becomes a task
+    whose verifier is the database rows it changed; each is replayed in a fresh world before it is kept."""
+    from selfevolve.questioning.explore import Exploration
+    from selfevolve.worlds.shop import ShopEnv
+    from selfevolve.worlds.tools import format_tool_call
+
+    env = Exploration(ShopEnv(split="train"), 4, 8, "users")
+    env.reset(0)
+    calls = [("get_user", {"user_id": "U001"}), ("get_order", {"order_id": "W7793"}),
+             ("cancel_order", {"order_id": "W1089", "reason": "no longer needed"}),
+             ("cancel_order", {"order_id": "W1875", "reason": "ordered by mistake"})]  # a held-out customer's
+    for name, args in calls:
+        assert env.step(format_tool_call(name, args)).info["valid_action"]
+    record = ExplorationRecord(seed=0, turns=env.log)
+    cfg = load_config(overrides=[*TINY, "env.name=shop"])
+    kept, report = write_tasks(cfg, ShopEnv, [record], None, set(), [], tmp_path, TaskPool.key)
+    by_call = {t.solution[0]["name"]: t for t, _, _ in kept}
+    assert set(by_call) == {"get_user", "get_order", "cancel_order"} and report["kept"] == 3
+    assert report["removed"]["held_out"] == 1 and sum(report["removed"].values()) == 1
+    assert by_call["get_user"].solution[-1] == {"name": "finish", "arguments": {"answer": "Samir Cohen"}}
+    assert by_call["get_order"].goal == {"answer": "processed", "changes": {}}
+    change = by_call["cancel_order"]
+    assert change.instruction.startswith("Please cancel a pending order") and change.goal["changes"]
+    # played as a pool task, each reference solves its task; finishing without the change does not
+    pool = TaskPool()
+    pool.add(kept, 0)
+    world = ShopEnv(split="synth", tasks_file=str(pool.save(tmp_path / "pool")))
+    for e in pool.entries:
+        world.load(e.task)
+        for c in e.task.solution:
+            result = world.step(format_tool_call(c["name"], c["arguments"]))
+        assert result.info["success"]
+    world.load(pool.entries[[e.task.solution[0]["name"] for e in pool.entries].index("cancel_order")].task)
+    assert not world.step(format_tool_call("finish", {"answer": change.solution[-1]["arguments"]["answer"]})).info["success"]
+
+
+def test_the_explorers_mask_by_hand():
+    """Training seed 0's map (SEED0): the masked explorer may answer with the hint's moves less those onto a
+    hole the board shows."""
+    env = GameExploration(FrozenLakeEnv(split="train"), breadth_steps=2, max_turns=8)
+    env.reset(0)
+    # (0-based cells) at the start (0, 0), in breadth: every move untried; Down is the hole at (1, 0)
+    assert env.allowed_moves() == ["Left", "Right", "Up"]
+    env.step("Right")  # at (0, 1), still in breadth: all four untried from here, none onto a hole
+    assert env.allowed_moves() == ["Left", "Down", "Right", "Up"]
+    env.step("Down")  # at (1, 1), in depth: Left is the hole (1, 0), Up goes back to (0, 1): Down and Right remain
+    assert env.allowed_moves() == ["Down", "Right"]
+    assert not env.over and env.step("Down").done is False
+
+
+def test_one_round_on_sokoban(tmp_path):
+    """Sokoban's hindsight tasks (walk to a cell, push the box to a cell) are played by their pool seeds; the
+    masked explorer never walks into a wall the board shows."""
+    out = tmp_path / "sokoban"
+    summary = Evolver(load_config(overrides=[*TINY, "env.name=sokoban", "evolve.rounds=1", "train.steps=1",
+                                             "train.tasks_per_step=2", "algo.group_size=2", "questioning.explorations=3",
+                                             "questioning.steps=5", "eval.episodes=2", "evolve.bc_steps=1",
+                                             "evolve.bc_tasks=3", f"train.out_dir={out}"])).run()
+    rec = json.loads((out / "evolve.json").read_text())["rounds"][0]
+    assert summary["rounds"] == 1 and rec["write"]["kept"] > 0 and rec["bc"]["bc/demonstrations_solved"] == 3
+    assert rec["explore"]["valid_answers"] == rec["explore"]["answers"]
+    assert set(rec["write"]["intents"]) <= {"reach_cell", "move_box", "solve_room"}
+    from selfevolve.envs import SokobanEnv
+    from selfevolve.questioning.grid import STEP
+
+    for line in (out / "round-0" / "explorations.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        room = SokobanEnv(split="train")
+        room.reset(record["seed"])
+        here = room.player
+        for turn in record["turns"]:
+            for move, cell in zip(turn["moves"], turn["path"]):
+                assert (here[0] + STEP[move][0], here[1] + STEP[move][1]) not in room.walls
+                here = tuple(cell)
+
+
+def test_the_frozenlake_oracle_measures_a_pool_tasks_target(tmp_path):
+    """reward.attribution=oracle inside the loop: a synthesized task's goal is its target cell, G a dead end."""
+    from selfevolve.rewards.oracle import GOOD, Oracle, lake_distances
+
+    to_g = lake_distances(SEED0)
+    assert to_g[(0, 0)] == 6 and to_g[(0, 1)] == 5  # (0, 1) (1, 1) (2, 1) (3, 1) (3, 2) (3, 3)
+    to_cell = lake_distances(SEED0, (0, 2))
+    assert to_cell[(0, 0)] == 2 and to_cell[(0, 2)] == 0 and (3, 3) not in to_cell and (1, 0) not in to_cell
+    cfg = load_config(overrides=TINY)
+    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool = TaskPool()
+    pool.add(kept, 0)
+    options = {"split": "synth", "tasks_file": str(pool.save(tmp_path))}
+    policy = build_policy(cfg)
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv, **options))
+    src = PoolTasks(pool, "frozenlake", list(range(len(pool))))
+    demos = reference_episodes(FrozenLakeEnv, options, [src.task(i) for i in range(len(pool))],
+                               [e.task.solution for e in pool.entries], builder, policy.tokenizer)
+    oracle = Oracle(make_env(FrozenLakeEnv, **options))
+    # on this walk every step of every reference brings its own target closer (measured to G, the second
+    # Right of "walk to row 1, column 3" would be BAD: from (0, 1) G is 5 away, from (0, 2) 6)
+    assert all(x["label"] == GOOD for d in demos for x in oracle.labels(d))
