@@ -59,7 +59,7 @@ def test_the_random_valid_policy_draws_from_the_valid_actions():
     """On rg:maze (one answer) the random policy wins exactly when its seeded draw from the distances the
     config allows (5..10) is the task's answer."""
     cls = env_class("rg:maze")
-    tasks = eval_tasks("rg:maze", 12)
+    tasks = eval_tasks(make_env(cls, split="test"), 12)
     choose, listed = random_chooser(seed=3)
     won = play_text(cls, {"split": "test"}, tasks, choose)
     env = make_env(cls, split="test")
@@ -100,7 +100,7 @@ def test_a_served_model_gets_the_messages_a_local_one_is_prompted_with(tmp_path)
         cfg = load_config(overrides=[*TINY, f"llm_api.base_url={server.url}/v1"])
         cls = env_class("textarena:FrozenLake-v0")
         env = make_env(cls, split="test")
-        tasks = eval_tasks(cls.name, 3)
+        tasks = eval_tasks(env, 3)
         budget = reply_budget(reference.tokenizer, env, cfg.agent.max_new_tokens)
         assert budget == cfg.agent.max_new_tokens  # "[down]" is shorter than 8 tokens
         local = rollout(reference, [make_env(cls, split="test", max_turns=1) for _ in tasks], tasks,

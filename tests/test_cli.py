@@ -207,8 +207,8 @@ def test_eval_rejects_non_eval_overrides(finished_run):
 
 # ---- help ------------------------------------------------------------------------------------------------------
 SECTIONS = ["top level", "model", "model.lora", "env", "agent", "algo", "algo.gigpo", "algo.ppo", "algo.self_ac",
-            "reward", "reward.selaur", "attribution", "filter", "sampling", "rollout", "search", "experience", "questioning",
-            "llm_api", "train", "eval", "distributed"]
+            "reward", "reward.selaur", "attribution", "filter", "sampling", "rollout", "search", "experience",
+            "questioning", "evolve", "llm_api", "train", "eval", "distributed"]
 
 
 @pytest.mark.parametrize("width", [80, 160])

@@ -258,7 +258,8 @@ def test_saved_config_lists_every_section(tmp_path):
     save_config(load_config(), tmp_path / "c.yaml")
     data = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert list(data) == ["seed", "model", "env", "agent", "algo", "reward", "attribution", "filter", "sampling",
-                          "rollout", "search", "experience", "questioning", "llm_api", "train", "eval", "distributed"]
+                          "rollout", "search", "experience", "questioning", "evolve", "llm_api", "train", "eval",
+                          "distributed"]
 
 
 def test_describe_lists_every_leaf_key():

@@ -42,8 +42,11 @@ class Counter(TextEnv):
 
     def reset(self, seed):
         Counter.resets += 1
-        self.n = 0
-        return f"Count to {self.level}, from {seed % 3}."
+        self.n, self.start = 0, seed % 3
+        return f"Count to {self.level}, from {self.start}."
+
+    def content_key(self):
+        return f"{self.level} from {self.start}"  # three contents: a held-out set finds its two in two resets
 
     def step(self, action):
         self.n += 1
@@ -85,10 +88,11 @@ def test_the_trainer_reuses_and_closes_every_environment_and_probes_play_nothing
     trainer.train()
     # 3 probes (the prompt's, eval's options, the attribution oracle's) + 2 has_expert checks (the test's, the
     # trainer's) + 1 warm-start env for both its tasks + 4 pooled episode envs (2 tasks x 2) used by all 3 steps
-    # + 2 final-eval envs; every one closed exactly once
-    assert len(ledger.made) == 3 + 2 + 1 + 4 + 2
+    # + the final evaluation's probe of the held-out contents + its 2 envs; every one closed exactly once
+    assert len(ledger.made) == 3 + 2 + 1 + 4 + 1 + 2
     assert [env.closed for env in ledger.made] == [1] * len(ledger.made)
-    assert ledger.resets == 2 + 3 * 4 + 2  # warm start, 3 steps x 4 episodes, evaluation
+    # warm start, 3 steps x 4 episodes, the held-out probe (seeds 1000000 and 1000001: contents 1 and 2), evaluation
+    assert ledger.resets == 2 + 3 * 4 + 2 + 2
 
 
 class EngineLake(FrozenLakeEnv):

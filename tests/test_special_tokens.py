@@ -184,13 +184,14 @@ def test_the_writers_prompt_keeps_explorations_and_earlier_tasks_as_text(tok):
 def test_synthesized_tasks_stay_text(policy, tok, tmp_path):
     """A task written by self-questioning (any text a model wrote) played from env.tasks_file."""
     path = tmp_path / "tasks.jsonl"
-    save_tasks([Task("synth-0", "synth", 1, "order_status", EVIL, {"answer": "pending", "changes": {}},
-                     [{"name": "finish", "arguments": {"answer": "pending"}}])], str(path))
+    save_tasks([Task("synth-0", split="synth", level=1, intent="order_status", instruction=EVIL,
+                     goal={"answer": "pending", "changes": {}},
+                     solution=[{"name": "finish", "arguments": {"answer": "pending"}}])], str(path))
     env = ShopEnv(split="synth", tasks_file=str(path))
     builder = build_prompt(load_config(overrides=["model.name=tiny", "env.name=shop"]), policy, env)
     trajs = rollout(policy, [env], [SeedTask("synth-0", "shop", 0)], builder, max_turns=1,
                     generator=torch.Generator().manual_seed(0))
-    assert trajs[0].flags.get("query", EVIL) == EVIL
+    assert trajs[0].query in (None, EVIL)
     assert_literal(tok, trajs[0].steps[0].prompt_ids)
 
 

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from selfevolve import Trainer, load_config
+from selfevolve.build import resolve_env
 from selfevolve.config import describe
 from selfevolve.envs import ENVS, make_env
 from selfevolve.errors import ConfigError
@@ -27,8 +28,10 @@ def test_worlds_are_registered_by_name():
 def test_world_options_are_validated_like_env_options():
     cfg = load_config(overrides=["env.name=shop", "env.split=test", "env.level=3", "env.db_seed=0"])
     assert cfg.env.options() == {"split": "test", "level": 3, "db_seed": 0}
+    # checked against the class the run uses (build.resolve_env: before the model loads), not by load_config,
+    # which cannot know whether Trainer(cfg, env=MyEnv) will bring a class of its own
     with pytest.raises(ConfigError, match=r"env\.db_seed.*'tables'.*data_seed"):
-        load_config(overrides=["env.name=tables", "env.db_seed=1"])
+        resolve_env(load_config(overrides=["env.name=tables", "env.db_seed=1"]), None)
     with pytest.raises(ConfigError, match="split"):
         make_env("shop", split="dev")
 

@@ -141,10 +141,11 @@ class Bench:
         env_cls, options = resolved
         row["held_out"] = options.get("split") != "all"
         e = self.cfg.eval
-        tasks = eval_tasks(getattr(env_cls, "name", game.name), e.episodes, e.seed_offset)
+        tasks = None
         for column in self.columns():
             progress.update(bar, description=f"{game.name} · {column}")
-            try:
+            try:  # the held-out tasks first: the split's first eval.episodes distinct contents (tasks/source.py)
+                tasks = tasks or held_out_tasks(env_cls, options, e.episodes, e.seed_offset)
                 row[column] = self._play(column, env_cls, options, tasks)
             except ConfigError as err:  # e.g. TextWorldExpress refusing env.config at the first reset
                 row["error"] = str(err)
@@ -228,3 +229,12 @@ def _rounded(row: dict) -> dict:
         if isinstance(out.get(column), dict):
             out[column] = {k: (_score(v) if k != "note" else v) for k, v in out[column].items()}
     return out
+
+
+def held_out_tasks(env_cls, options: dict, n: int, seed_offset: int):
+    """The evaluation's tasks of a game (``tasks.source.eval_tasks`` over a probe that is closed after)."""
+    probe = make_env(env_cls, **options)
+    try:
+        return eval_tasks(probe, n, seed_offset)
+    finally:
+        probe.close()
