@@ -344,6 +344,9 @@ def serve(
     max_batch: int = typer.Option(16, min=1, help="Rows (prompts x n) generated together at most."),
     batch_window_ms: float = typer.Option(50.0, min=0, help="How long the first request waits for others to join."),
     request_timeout: float = typer.Option(300.0, min=1, help="Seconds before a request without a reply gets a 504."),
+    adapter_scale: float = typer.Option(1.0, min=0.0, max=4.0, help="Weight of the trained LoRA update: 1 as "
+                                        "trained, 0 the base model (docs/serving.md, what training does to the "
+                                        "rest of the model)."),
 ) -> None:
     from selfevolve.errors import SelfEvolveError
 
@@ -356,7 +359,7 @@ def serve(
     except OSError as e:
         _listen_failed(host, port, e)
     try:
-        policy, _, step = load_served_run(run_dir)
+        policy, _, step = load_served_run(run_dir, adapter_scale)
     except SelfEvolveError as e:
         sock.close()
         _fail(str(e))

@@ -463,6 +463,10 @@ class EvalConfig(_Section):
     general: bool = Field(False, description="Also score 20 general questions the base model answers correctly "
                           "(eval/general: the fraction still answered; train/general.py), to see what training did "
                           "to the rest of the model.")
+    adapter_scale: float = Field(1.0, ge=0, le=4, description="Weight of the trained LoRA update when evaluating "
+                                 "(and serving): 1 the trained model, 0 the base model, between them an "
+                                 "interpolation that trades the task's skill for the base model's general answers "
+                                 "(docs/serving.md).")
     accumulate: bool = Field(False, description="SEER's test-time accumulation: evaluate in chunks of "
                              "eval.chunk episodes, adding each chunk's verified successes to a scratch copy of "
                              "the pool before the next (the run's pool is unchanged).")

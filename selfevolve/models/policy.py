@@ -337,6 +337,23 @@ class Policy:
         return logp, entropy
 
     @contextlib.contextmanager
+    def adapter_scaled(self, k: float):
+        """The LoRA update weighted by ``k`` while inside: W + k·(alpha/r)·B·A. ``k`` between 0 (the base model) and
+        1 (the trained one) interpolates the two, as WiSE-FT interpolates weights (Wortsman et al. 2022, eq. 1:
+        θ = (1−α)·θ₀ + α·θ₁ — for a LoRA update the interpolation is this scaling of B·A). The scales of
+        peft's LoRA layers are restored after."""
+        from peft.tuners.lora.layer import LoraLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, LoraLayer)] if k != 1 else []
+        for m in layers:
+            m.scale_layer(k)
+        try:
+            yield
+        finally:
+            for m in layers:
+                m.unscale_layer()  # back to alpha / r
+
+    @contextlib.contextmanager
     def reference(self):
         """The reference policy: the base model with the LoRA adapter disabled."""
         if isinstance(self.model, PeftModel):

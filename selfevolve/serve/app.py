@@ -225,9 +225,12 @@ def limits_for(policy, max_tokens: int = 512, max_prompt_tokens: int = 4096) -> 
     return Limits(max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, context=int(context))
 
 
-def load_served_run(run_dir: str | Path):
-    """``(policy, config, checkpoint step)`` of a run or checkpoint folder, as ``selfevolve eval`` loads it."""
+def load_served_run(run_dir: str | Path, adapter_scale: float = 1.0):
+    """``(policy, config, checkpoint step)`` of a run or checkpoint folder, as ``selfevolve eval`` loads it;
+    ``adapter_scale``: the LoRA update's weight for as long as the server runs (``Policy.adapter_scaled``)."""
     from selfevolve.train.run import load_run
 
     cfg, policy, state = load_run(run_dir)
+    if adapter_scale != 1.0:  # entered for the process's lifetime: the server is the policy's only user
+        policy.adapter_scaled(adapter_scale).__enter__()
     return policy, cfg, state["step"]

@@ -63,7 +63,8 @@ def _greedy(policy, envs, tasks, builder, experience, accumulate: bool, chunk: i
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
              chunk: int = 8, seen: set[str] | frozenset[str] = frozenset(),
-             episodes_out: list | None = None, general: bool = False) -> dict[str, float]:
+             episodes_out: list | None = None, general: bool = False, adapter_scale: float = 1.0
+             ) -> dict[str, float]:
     """Greedy success on ``episodes`` held-out tasks (``eval/tasks``: how many distinct ones the split held);
     with ``pass_k`` > 0 also pass@k (any of k samples solves) and ``eval/sample_success`` (the success rate of
     those samples). ``experience``/``accumulate``/``chunk``: see :func:`greedy_rollouts` (pass@k samples get
@@ -73,9 +74,17 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
     ``eval/seen``, and then success is also reported apart: ``eval/success/seen`` and ``eval/success/unseen``.
     ``episodes_out``: a list that receives the greedy trajectories (for the run's log and the viewer).
     ``general``: also ``eval/general``, the share of the fixed general questions still answered (``train/general.py``).
+    ``adapter_scale``: the LoRA update's weight while evaluating (``Policy.adapter_scaled``; 1: as trained).
 
     pass@k sampling uses its own generator, so evaluating never changes the training run's random stream.
     """
+    with policy.adapter_scaled(adapter_scale):
+        return _evaluate(policy, env_cls, env_options, builder, episodes, pass_k, seed_offset, sample_seed,
+                         experience, accumulate, chunk, seen, episodes_out, general)
+
+
+def _evaluate(policy, env_cls, env_options, builder, episodes, pass_k, seed_offset, sample_seed, experience,
+              accumulate, chunk, seen, episodes_out, general) -> dict[str, float]:
     tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset,
                                    experience=experience, accumulate=accumulate, chunk=chunk)
     if episodes_out is not None:
