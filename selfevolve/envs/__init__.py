@@ -1,12 +1,13 @@
 """Text environments: the protocol (:class:`TextEnv`), the built-in worlds and a small registry.
 
-- the protocol and what every environment shares: ``base.py`` (:class:`TextEnv`), ``holdout.py`` (held-out
-  content), ``profile.py`` (a world described as data), ``task_files.py`` (requests as JSONL), ``replay.py``,
-  ``pool.py`` (environments kept open across steps);
+- what every environment shares: ``base.py`` (the protocol, :class:`TextEnv`), ``holdout.py`` (held-out
+  content), ``profile.py`` (a world described as data), ``task_files.py`` (requests as JSONL), ``replay.py``;
 - ``games/``: FrozenLake and Sokoban; ``tools/``: the tool worlds (shop, tables); ``suites/``: TextArena,
-  TextWorldExpress and reasoning-gym games behind adapters.
+  TextWorldExpress and reasoning-gym games behind adapters;
+- this registry, and ``pool.py`` (environments kept open across steps, made through it).
 
-The games, the tool worlds and the suites import the shared modules and never each other, nor this registry.
+The games, the tool worlds and the suites import the shared modules and never each other, nor this registry
+(``tests/test_layout.py``).
 Names: the built-in worlds of ``ENVS`` (``frozenlake``, ``sokoban``, ``shop``, ``tables``) and the suites'
 ``PREFIX:GAME`` (``textarena:FrozenLake-v0``, ``twx:coin``, ``rg:maze``; ``envs/suites/``), resolved by
 :func:`env_class`.

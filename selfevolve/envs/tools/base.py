@@ -1,5 +1,5 @@
-"""The machinery every tool world shares: tasks, answer checking, and :class:`ToolWorld`, a :class:`TextEnv`
-whose actions are tool calls.
+"""The machinery every tool world shares: answer checking, the system prompt, the profile's operations and
+:class:`ToolWorld`, a :class:`TextEnv` whose actions are tool calls (its tasks are read by ``envs/task_files.py``).
 
 Why a base class: the shop and the tables worlds differ in their data and tools, but an episode is the same
 thing in both — a user's request as the first observation, one tool call per turn, tool results (or error
