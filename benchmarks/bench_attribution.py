@@ -85,7 +85,7 @@ def scripted_episodes(env_name: str, n_tasks: int) -> tuple[list, list[str]]:
     from selfevolve.envs import make_env
     from selfevolve.rollout.runner import request_of
     from selfevolve.types import Step, Task, Trajectory
-    from selfevolve.worlds.tools import format_tool_call
+    from selfevolve.envs.tools.calls import format_tool_call
 
     failing = format_tool_call(*FAILING_CALL[env_name])
     give_up = format_tool_call("finish", {"answer": "I could not find it."})

@@ -19,7 +19,7 @@ class Task:
     request — a tool world's, or a game task that self-questioning wrote — also says what it asks
     (``instruction``, ``intent``), its split and difficulty, how success is checked (``goal``) and how to solve it
     (``solution``: the calls or moves of a reference solution). Worlds keep requests in task files, one per line
-    (``worlds/base.save_tasks``); an environment plays one by its seed (``task_for(seed)``) or by itself.
+    (``envs/task_files.save_tasks``); an environment plays one by its seed (``task_for(seed)``) or by itself.
     """
 
     id: str

@@ -16,9 +16,13 @@ from typing import Any, Callable
 from selfevolve.agent.context import parse_decision
 from selfevolve.agent.parsing import parse_action, strip_think
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.frozenlake import MOVES as LAKE_MOVES
-from selfevolve.envs.frozenlake import parse_moves
-from selfevolve.envs.sokoban import MOVES as BOX_MOVES
+from selfevolve.envs.games.frozenlake import MOVES as LAKE_MOVES
+from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.sokoban import MOVES as BOX_MOVES
+from selfevolve.envs.tools.base import answers_match, parse_number
+from selfevolve.envs.tools.calls import CallError, ToolCall, ToolError, parse_tool_call
+from selfevolve.envs.tools.shop import ShopEnv
+from selfevolve.envs.tools.tables import TablesEnv, calculate_expression
 from selfevolve.experience.intent import parse_intent
 from selfevolve.experience.navigation import parse_insights
 from selfevolve.models.llm import parse_json_list
@@ -26,10 +30,6 @@ from selfevolve.questioning.synthesize import parse_tasks
 from selfevolve.rewards.attribution import MAX_RATIONALE, parse_step_judgments
 from selfevolve.rewards.judge import parse_reward
 from selfevolve.untrusted import clean_text, loads_json
-from selfevolve.worlds.base import answers_match, parse_number
-from selfevolve.worlds.shop import ShopEnv
-from selfevolve.worlds.tables import TablesEnv, calculate_expression
-from selfevolve.worlds.tools import CallError, ToolCall, ToolError, parse_tool_call
 
 CORPUS = Path(__file__).parent / "data" / "adversarial_actions.jsonl"
 

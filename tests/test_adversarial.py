@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from adversarial import FRAGMENTS, PARSERS, TOOLS, check_step, corpus
 from selfevolve.envs import ENVS, make_env
+from selfevolve.envs.tools.calls import CallError, parse_tool_call
 from selfevolve.untrusted import MAX_ACTION_CHARS, MAX_JSON_DEPTH, clean_text, loads_json
-from selfevolve.worlds.tools import CallError, parse_tool_call
 
 CASES = corpus()
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,

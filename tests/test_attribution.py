@@ -15,17 +15,17 @@ from selfevolve.algos.attribution import (attribution_advantages, fuse_step_rewa
                                           suffix_sums)
 from selfevolve.config import load_config
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.frozenlake import FrozenLakeEnv
-from selfevolve.envs.sokoban import SokobanEnv, solve
+from selfevolve.envs.games.frozenlake import FrozenLakeEnv
+from selfevolve.envs.games.sokoban import SokobanEnv, solve
+from selfevolve.envs.tools.calls import format_tool_call
+from selfevolve.envs.tools.shop import ShopEnv
+from selfevolve.envs.tools.tables import TablesEnv
 from selfevolve.errors import ConfigError
 from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYSTEM, Attributor, JudgeItem,
                                             attribution_messages, judge_item, judge_steps, parse_step_judgments)
 from selfevolve.rewards.oracle import BAD, GOOD, Oracle, OracleMismatch, agreement, first_bad, lake_distances
 from selfevolve.types import Step, Task, Trajectory
-from selfevolve.worlds.shop import ShopEnv
-from selfevolve.worlds.tables import TablesEnv
-from selfevolve.worlds.tools import format_tool_call
 
 R3 = math.sqrt(3)
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from selfevolve.agent.prompt import render_chat
+from selfevolve.envs.tools.shop import ShopEnv
 from selfevolve.models.constrained import Constrained, Free, Lit, OneOf, free_token_mask, one_of
 from selfevolve.models.llm import LLM
 from selfevolve.models.loading import load_model
@@ -15,7 +16,6 @@ from selfevolve.questioning.games import named_target
 from selfevolve.questioning.schema import game_tasks, tool_tasks
 from selfevolve.questioning.synthesize import parse_tasks
 from selfevolve.rewards.attribution import judge_steps, JudgeItem, judgment_grammar, parse_step_judgments
-from selfevolve.worlds.shop import ShopEnv
 
 MOVES = ["Left", "Down", "Right", "Up"]
 

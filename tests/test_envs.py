@@ -14,8 +14,8 @@ from selfevolve.envs import (
     make_env,
     solve,
 )
-from selfevolve.envs.frozenlake import parse_moves
-from selfevolve.envs.sokoban import parse_room
+from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.sokoban import parse_room
 from selfevolve.errors import ConfigError
 
 # S F F F      P _ _ _

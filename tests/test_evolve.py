@@ -26,7 +26,7 @@ from selfevolve.questioning.games import FROZENLAKE_GAME, GameExploration
 from selfevolve.build import build_policy, build_prompt
 from selfevolve.objectives.samples import collate
 from selfevolve.view.load import load_run
-from selfevolve.worlds.base import Task as WorldTask
+from selfevolve.types import Task as WorldTask
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8", "train.progress=false"]
 SEED0 = ["SFFF", "HFFF", "FFHH", "FFFG"]  # training seed 0's map (split=train redraws the held-out ones)
@@ -269,8 +269,8 @@ def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_
     """The shop: what a scripted exploration's calls returned becomes look-up tasks, and a change becomes a task
     whose verifier is the database rows it changed; each is replayed in a fresh world before it is kept."""
     from selfevolve.questioning.explore import Exploration
-    from selfevolve.worlds.shop import ShopEnv
-    from selfevolve.worlds.tools import format_tool_call
+    from selfevolve.envs.tools.shop import ShopEnv
+    from selfevolve.envs.tools.calls import format_tool_call
 
     env = Exploration(ShopEnv(split="train"), 4, 8, "users")
     env.reset(0)

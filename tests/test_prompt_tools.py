@@ -6,8 +6,8 @@ import copy
 import pytest
 
 from selfevolve.agent.prompt import PromptBuilder, template_has_tool_role, template_renders_tools
+from selfevolve.envs.tools import ShopEnv
 from selfevolve.models.loading import load_tokenizer
-from selfevolve.worlds import ShopEnv
 
 # A minimal ChatML template with Qwen/Hermes-style tool support (written for this test): the schemas go into
 # the system turn, tool results into a user turn wrapped in <tool_response>.

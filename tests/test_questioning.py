@@ -6,6 +6,9 @@ import pytest
 
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
+from selfevolve.envs.task_files import save_tasks
+from selfevolve.envs.tools import ShopEnv
+from selfevolve.envs.tools.calls import format_tool_call
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning.explore import (BREADTH_HINT, CALL_OPEN, DEPTH_HINT, NO_FINISH, REPEAT, Exploration,
                                             ExplorationRecord, first_call)
@@ -15,9 +18,6 @@ from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import (WRITER_EXAMPLE, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
 from selfevolve.types import Task
-from selfevolve.worlds import ShopEnv
-from selfevolve.worlds.base import save_tasks
-from selfevolve.worlds.tools import format_tool_call
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8"]
 

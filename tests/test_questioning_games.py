@@ -6,8 +6,10 @@ import pytest
 
 from selfevolve import Trainer, load_config
 from selfevolve.envs import FrozenLakeEnv, SokobanEnv, make_env
-from selfevolve.envs.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
+from selfevolve.envs.games.frozenlake import FROZENLAKE_PROFILE, MOVES, target_task
 from selfevolve.envs.holdout import bucket
+from selfevolve.envs.profile import EnvProfile
+from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord
@@ -16,8 +18,6 @@ from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, EXAMPLE_QUER
 from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import parse_tasks
 from selfevolve.train.evaluate import eval_env_options
-from selfevolve.worlds.base import save_tasks
-from selfevolve.worlds.profile import EnvProfile
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8"]
 SEED0 = ["SFFF", "HHFF", "FHHF", "HFFG"]  # seed 0's own lake (gymnasium's generator, size 4, p 0.8)

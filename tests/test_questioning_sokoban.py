@@ -9,9 +9,11 @@ import pytest
 from conftest import invoke
 from selfevolve import Trainer, load_config
 from selfevolve.envs import SokobanEnv, make_env
+from selfevolve.envs.games.sokoban import MOVES, solve
+from selfevolve.envs.games.sokoban_tasks import SOKOBAN_PROFILE, room_task
 from selfevolve.envs.holdout import bucket
-from selfevolve.envs.sokoban import MOVES, solve
-from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, room_task
+from selfevolve.envs.profile import EnvProfile
+from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.grid import BREADTH_HINT, EXAMPLE_QUERY, WRITER_EXAMPLE, check, writer_messages
@@ -19,8 +21,6 @@ from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.sokoban import (DEPTH_HINT, SOKOBAN_GAME, SokobanExploration, execute, named_goal,
                                             template_tasks)
 from selfevolve.train.evaluate import eval_env_options
-from selfevolve.worlds.base import save_tasks
-from selfevolve.worlds.profile import EnvProfile
 
 TINY = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=8"]
 # training seed 0's room (6x6, one box): you at row 5, column 3; the box at row 3, column 4 next to its target

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from selfevolve import StepResult, TextEnv, Trainer, load_config
-from selfevolve.envs.frozenlake import MOVES, FrozenLakeEnv
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv
 
 RECORD = Path(__file__).parent / "data" / "recorded_runs.json"
 

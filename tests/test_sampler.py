@@ -13,7 +13,7 @@ import pytest
 from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
-from selfevolve.envs.frozenlake import MOVES
+from selfevolve.envs.games.frozenlake import MOVES
 from selfevolve.models.sampler import Sampler, SamplerState
 from selfevolve.rollout.collect import play_episodes, step_episodes
 from selfevolve.rollout.runner import RolloutStats, rollout

@@ -9,8 +9,8 @@ from selfevolve import Trainer, load_config
 from selfevolve.build import resolve_env
 from selfevolve.config import describe
 from selfevolve.envs import ENVS, make_env
+from selfevolve.envs.tools import ShopEnv, TablesEnv
 from selfevolve.errors import ConfigError
-from selfevolve.worlds import ShopEnv, TablesEnv
 
 FAST = [
     "model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=6", "train.tasks_per_step=1",

@@ -1,4 +1,4 @@
-"""Tests of the tool-use worlds (selfevolve.worlds): the tool framework, the shop on SQLite, the tables world.
+"""Tests of the tool-use worlds (selfevolve.envs.tools): the tool framework, the shop on SQLite, the tables world.
 
 Fast (no model): every shipped task is replayed by an oracle that follows its reference solution.
 """
@@ -18,8 +18,8 @@ from typing import Literal
 import pytest
 
 from selfevolve.envs import env_options, make_env
-from selfevolve.errors import ConfigError
-from selfevolve.worlds import (
+from selfevolve.envs.task_files import task_from_line
+from selfevolve.envs.tools import (
     SHOP_PROFILE,
     TABLES_PROFILE,
     CallError,
@@ -37,9 +37,10 @@ from selfevolve.worlds import (
     save_tasks,
     tool,
 )
-from selfevolve.worlds import shop_data, shop_tasks, tables_data, tables_tasks
-from selfevolve.worlds.base import parse_number, task_from_line
-from selfevolve.worlds.tables import calculate_expression
+from selfevolve.envs.tools import shop_data, shop_tasks, tables_data, tables_tasks
+from selfevolve.envs.tools.base import parse_number
+from selfevolve.envs.tools.tables import calculate_expression
+from selfevolve.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 INFO_KEYS = {"success", "valid_action", "intent", "level", "task_id", "tool_call", "tool_error"}

@@ -1,5 +1,13 @@
 """Text environments: the protocol (:class:`TextEnv`), the built-in worlds and a small registry.
 
+- what every environment shares: ``base.py`` (the protocol, :class:`TextEnv`), ``holdout.py`` (held-out
+  content), ``profile.py`` (a world described as data), ``task_files.py`` (requests as JSONL), ``replay.py``;
+- ``games/``: FrozenLake and Sokoban; ``tools/``: the tool worlds (shop, tables); ``suites/``: TextArena,
+  TextWorldExpress and reasoning-gym games behind adapters;
+- this registry, and ``pool.py`` (environments kept open across steps, made through it).
+
+The games, the tool worlds and the suites import the shared modules and never each other, nor this registry
+(``tests/test_layout.py``).
 Names: the built-in worlds of ``ENVS`` (``frozenlake``, ``sokoban``, ``shop``, ``tables``) and the suites'
 ``PREFIX:GAME`` (``textarena:FrozenLake-v0``, ``twx:coin``, ``rg:maze``; ``envs/suites/``), resolved by
 :func:`env_class`.
@@ -11,14 +19,9 @@ import inspect
 from typing import Any
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.frozenlake import FrozenLakeEnv
-from selfevolve.envs.sokoban import SokobanEnv, solve
+from selfevolve.envs.games import FrozenLakeEnv, SokobanEnv, solve
+from selfevolve.envs.tools import ShopEnv, TablesEnv
 from selfevolve.errors import ConfigError
-
-# The tool worlds subclass TextEnv from envs.base, which is loaded above: importing them here is safe (and
-# selfevolve.worlds imports this package first, so the cycle resolves the same way from either side).
-from selfevolve.worlds.shop import ShopEnv  # noqa: E402
-from selfevolve.worlds.tables import TablesEnv  # noqa: E402
 
 ENVS: dict[str, type[TextEnv]] = {"frozenlake": FrozenLakeEnv, "sokoban": SokobanEnv, "shop": ShopEnv,
                                   "tables": TablesEnv}

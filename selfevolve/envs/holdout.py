@@ -11,7 +11,7 @@ request), and the split is decided by that key:
   until it is a test one. However long a run trains, it never meets a test map, and the split needs no list of
   what was trained on;
 - **worlds with fixed task lists** (the tool worlds): their test split drops any task whose key equals a
-  training task's (``worlds/base.py``).
+  training task's (``envs/tools/base.py``).
 
 Evaluation then takes the first ``n`` *distinct* test contents (``tasks/source.py``), and a run records the
 digests of the contents it trained on, so that an evaluation on anything else reports seen and unseen apart.

@@ -20,10 +20,10 @@ import random
 import torch
 
 from selfevolve.algos.imitation import imitation_loss
+from selfevolve.envs.tools.calls import format_tool_call
 from selfevolve.objectives.samples import Row, build_rows, collate, micro_batches, shared_prefix_len, turn_cuts
 from selfevolve.train.warm_start import expert_episodes
 from selfevolve.types import Task, Trajectory
-from selfevolve.worlds.tools import format_tool_call
 
 
 def reference_action(step) -> str:

@@ -58,7 +58,7 @@ def share(total: int, rounds: int, r: int) -> int:
 def pool_seeds(probe, pool: TaskPool) -> list[int]:
     """The environment seed that starts each pool task, in pool order, for a ``probe`` environment playing the
     pool's tasks file (``split=synth``): a game plays task ``seed % n``, a tool world a fixed shuffle of them."""
-    from selfevolve.envs.game_tasks import task_for
+    from selfevolve.envs.games.game_tasks import task_for
 
     pick = getattr(probe, "task_for", None)
     if not callable(pick) or hasattr(probe, "synth_tasks"):

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selfevolve.envs.task_files import save_tasks
 from selfevolve.tasks.learnability import learnability_weight, success_estimate, weighted_sample
 from selfevolve.types import Task
-from selfevolve.worlds.base import Task as WorldTask
-from selfevolve.worlds.base import save_tasks
 
 HISTOGRAM_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # success-rate bins of the report: [0, .2), ..., [.8, 1]
 
@@ -35,7 +34,7 @@ HISTOGRAM_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # success-rate bins of the repo
 class Entry:
     """One pool task: the world task (reference, verifier), where it came from and how it has fared."""
 
-    task: WorldTask
+    task: Task
     writer: str  # "template" | "llm": who phrased it
     round: int  # the round that wrote it
     exploration: int  # the sandbox seed of the exploration it came from
@@ -59,7 +58,7 @@ class TaskPool:
         return len(self.entries)
 
     @staticmethod
-    def key(task: WorldTask) -> str:
+    def key(task: Task) -> str:
         """A task's content: its goal (the map or room and the state to reach; for a tool world the answer and
         changes) and request. Two tasks with the same key are the same task."""
         return json.dumps([task.goal, " ".join(task.instruction.casefold().split())], sort_keys=True)
@@ -67,7 +66,7 @@ class TaskPool:
     def keys(self) -> set[str]:
         return {self.key(e.task) for e in self.entries}
 
-    def add(self, tasks: list[tuple[WorldTask, str, int]], round_: int) -> list[Entry]:
+    def add(self, tasks: list[tuple[Task, str, int]], round_: int) -> list[Entry]:
         """Add ``(task, writer, exploration seed)`` tuples written in round ``round_``; tasks get pool ids
         ``{env}-r{round}-{k}``. Returns the new entries (the caller has removed duplicates)."""
         new = []
@@ -124,7 +123,7 @@ class TaskPool:
         self.entries = []
         for line in (folder / f"{name}.jsonl").read_text(encoding="utf-8").splitlines():
             d = json.loads(line)
-            self.entries.append(Entry(WorldTask.from_dict(d["task"]), d["writer"], int(d["round"]),
+            self.entries.append(Entry(Task.from_dict(d["task"]), d["writer"], int(d["round"]),
                                       int(d["exploration"]), int(d["attempts"]), int(d["successes"])))
         buffers = json.loads((folder / f"{name}_buffer.json").read_text(encoding="utf-8"))
         for e, buf in zip(self.entries, buffers):

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.envs.tools.calls import CLOSE_TAG, OPEN_TAG, CallError
 from selfevolve.errors import SelfEvolveError
-from selfevolve.worlds.tools import CLOSE_TAG, OPEN_TAG, CallError
 
 BRIEF = ("There is no request and no task yet. Explore this system: call one tool per reply to find out what "
          "data it holds ({entities}). Do not call finish.")
@@ -40,7 +40,7 @@ BREADTH_HINT = "Next, try an operation you have not used yet: {ops}."
 DEPTH_HINT = "Next, use a value from a result above (an id, a name, an email) as an argument of another operation."
 REPEAT = "Error: you already made this exact call. Make a different one."
 NO_FINISH = "Error: there is no task to finish; keep exploring with the other tools."
-CALL_OPEN = OPEN_TAG + '\n{"name": "'  # the tool-call format of worlds/tools.py, up to the tool's name
+CALL_OPEN = OPEN_TAG + '\n{"name": "'  # the tool-call format of envs/tools/calls.py, up to the tool's name
 PREFILLS = ("none", "format", "operation")
 
 

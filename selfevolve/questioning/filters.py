@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from selfevolve.envs.tools.base import answers_match
+from selfevolve.envs.tools.calls import format_tool_call
 from selfevolve.lexical import jaccard
-from selfevolve.worlds.base import answers_match
-from selfevolve.worlds.tools import format_tool_call
 
 FILTERS = ("unparseable", "duplicate", "empty_reference", "held_out", "execution", "unverifiable")  # every world
 # tool worlds also check a look-up's answer against what its reference's calls returned (:func:`grounded`)
@@ -66,7 +66,7 @@ def scalars(value: Any) -> list[Any]:
 def grounded(answer: Any, results: list[str]) -> bool:
     """Whether a look-up's final answer is something its reference's calls returned (``ungrounded`` otherwise):
     equal to a value in one of the JSON results, or, as a list ``"a, b"``, each part equal to one — equal as the
-    worlds compare answers (:func:`~selfevolve.worlds.base.answers_match`), so grounding and the derived verifier
+    worlds compare answers (:func:`~selfevolve.envs.tools.base.answers_match`), so grounding and the derived verifier
     agree on what an answer is. Execution only shows that a reference runs; the answer is the writer's own, and
     the 135M writer's are mostly invented (``How many rows of the table are there?`` → ``10`` after a call that
     returned ``"rows": 80``), which the derived verifier would then reward."""

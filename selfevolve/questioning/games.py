@@ -5,7 +5,7 @@ walk runs. What all grid games share is in ``grid.py``; FrozenLake's own pieces 
   visited yet. A fall into a hole (or reaching G, where the game also ends) ends the exploration; the cells
   before it still count. Each turn logs ``"path"`` (the cell after each move) and ``"cell"`` (the kind of the
   last one).
-- **a task** (:func:`selfevolve.envs.frozenlake.target_task`): the map of that training seed, a target cell, the
+- **a task** (:func:`selfevolve.envs.games.frozenlake.target_task`): the map of that training seed, a target cell, the
   request and the reference moves. FrozenLake plays it with ``env.tasks_file=PATH env.split=synth``.
 - **the writers**: the LLM sees the map, the exploration's moves and the cells they led to.
   ``questioning.writer=template`` (:func:`template_tasks`) turns every safe cell an exploration reached into
@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.frozenlake import MOVES, FrozenLakeEnv, parse_moves, target_task
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, parse_moves, target_task
 from selfevolve.errors import SelfEvolveError
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord

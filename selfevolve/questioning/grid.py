@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Hashable, Iterable
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.frozenlake import parse_moves
+from selfevolve.envs.games.frozenlake import parse_moves
 from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.filters import FILTERS, Execution
@@ -351,7 +351,7 @@ def run_grid_questioning(cfg, env_cls, exploration: type[GridExploration], conso
     from selfevolve.questioning.filters import diversity
     from selfevolve.questioning.synthesize import parse_tasks
     from selfevolve.train.checkpoint import load_init_adapter
-    from selfevolve.worlds.base import save_tasks
+    from selfevolve.envs.task_files import save_tasks
 
     q, profile, game = cfg.questioning, env_cls.profile, exploration.game
     options = {**cfg.env.options(), "split": "train", "tasks_file": ""}  # explorations: the ordinary game

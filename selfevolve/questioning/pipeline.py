@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from selfevolve.envs import make_env
+from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.intent import classify
 from selfevolve.models.llm import LLM
@@ -25,7 +26,6 @@ from selfevolve.questioning.filters import (TOOL_FILTERS, diversity, execute, gr
 from selfevolve.questioning.synthesize import (EXAMPLE_QUERY, WRITER_OPENING, parse_tasks, template_tasks,
                                               writer_messages)
 from selfevolve.types import Task
-from selfevolve.worlds.base import save_tasks
 
 
 def world_of(cfg):

@@ -6,7 +6,7 @@
   not visited yet, or push the box somewhere new. Solving the room ends the exploration (the game ends there).
   Each turn logs ``"path"`` (your cell after each move), ``"boxes"`` (the boxes' cells after each move) and
   ``"solved"``.
-- **a task** (:func:`selfevolve.envs.sokoban_tasks.room_task`): the start room of that training seed, the goal
+- **a task** (:func:`selfevolve.envs.games.sokoban_tasks.room_task`): the start room of that training seed, the goal
   (your cell, or the cells of every box), the request and the reference moves. Sokoban plays it with
   ``env.tasks_file=PATH env.split=synth``.
 - **the writers**: the LLM sees the room, the exploration's moves and where they left you and the box.
@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.frozenlake import parse_moves
-from selfevolve.envs.sokoban import MOVES, SokobanEnv
-from selfevolve.envs.sokoban_tasks import room_rows, room_task
+from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.sokoban import MOVES, SokobanEnv
+from selfevolve.envs.games.sokoban_tasks import room_rows, room_task
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.filters import Execution

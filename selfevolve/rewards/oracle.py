@@ -5,7 +5,7 @@ truth, and how far a judge's labels agree with them.
 
 - FrozenLake: GOOD iff the step reduced the breadth-first distance to the goal over safe ice (a hole is BAD; a
   synthesized task's goal is its target cell, G then ending it unsolved);
-- Sokoban: GOOD iff the step reduced the length of a shortest solution (``envs.sokoban.solve``, cached per
+- Sokoban: GOOD iff the step reduced the length of a shortest solution (``envs.games.sokoban.solve``, cached per
   state); a push into a dead end (no solution any more) is BAD;
 - tool worlds: GOOD iff the call succeeded and is part of the reference solution or equivalent to it — the same
   tool giving the same result as a reference call not yet matched gave when the reference solution was
@@ -23,10 +23,10 @@ from typing import Any
 
 from selfevolve.agent.parsing import parse_action
 from selfevolve.envs.base import TextEnv
-from selfevolve.envs.frozenlake import FrozenLakeEnv
-from selfevolve.envs.sokoban import SokobanEnv, solve
+from selfevolve.envs.games.frozenlake import FrozenLakeEnv
+from selfevolve.envs.games.sokoban import SokobanEnv, solve
+from selfevolve.envs.tools.base import ToolWorld
 from selfevolve.errors import ConfigError
-from selfevolve.worlds.base import ToolWorld
 
 GOOD, BAD = "GOOD", "BAD"
 CACHE_LIMIT = 100_000  # oracle cache entries (maps, rooms) before a cache starts over: bounded memory in long runs

@@ -157,7 +157,7 @@ def solve(env_or_state: Any, max_depth: int = 100, max_states: int = 1_000_000,
           goal: Callable[[Pos, frozenset], bool] | None = None) -> list[str] | None:
     """Shortest list of moves that puts every box on a target, or None if none within ``max_depth``.
 
-    ``env_or_state`` is a :class:`~selfevolve.envs.sokoban.SokobanEnv` (its current state), a room drawn in the
+    ``env_or_state`` is a :class:`~selfevolve.envs.games.sokoban.SokobanEnv` (its current state), a room drawn in the
     observation symbols, or a dict as returned by :func:`parse_room`. Breadth-first search over (player,
     boxes) states; gives up (None) after ``max_states`` states. ``goal(player, boxes)``: the state to reach
     instead of a solved room; an env playing a synthesized task brings its own (``SokobanEnv.goal_test``).

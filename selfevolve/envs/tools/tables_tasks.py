@@ -16,8 +16,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
+from selfevolve.envs.tools.tables_data import tables
 from selfevolve.types import Task
-from selfevolve.worlds.tables_data import tables
 
 # (level, intent) -> (train, test) number of questions
 QUOTAS: dict[tuple[int, str], tuple[int, int]] = {

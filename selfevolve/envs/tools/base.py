@@ -1,5 +1,5 @@
-"""The machinery every tool world shares: tasks, answer checking, and :class:`ToolWorld`, a :class:`TextEnv`
-whose actions are tool calls.
+"""The machinery every tool world shares: answer checking, the system prompt, the profile's operations and
+:class:`ToolWorld`, a :class:`TextEnv` whose actions are tool calls (its tasks are read by ``envs/task_files.py``).
 
 Why a base class: the shop and the tables worlds differ in their data and tools, but an episode is the same
 thing in both — a user's request as the first observation, one tool call per turn, tool results (or error
@@ -19,10 +19,12 @@ from typing import Any, ClassVar
 
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.holdout import split_bucket
+from selfevolve.envs.profile import Operation
+from selfevolve.envs.task_files import SPLITS
+from selfevolve.envs.tools.calls import CallError, ToolCall, ToolSet, format_tool_call, tool
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
 from selfevolve.untrusted import too_long
-from selfevolve.worlds.tools import CallError, ToolCall, ToolSet, format_tool_call, tool
 
 
 _ORDER_SEED = 20261121  # fixed: the seed -> task map must never change between runs
@@ -32,46 +34,6 @@ def check_seed_option(world: str, option: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{world} option {option!r} must be an integer >= 0, got {value!r}")
     return value
-
-
-# ---------------------------------------------------------------------------------------------- tasks
-# A world's task is a request (``types.Task``): ``goal`` is what the world checks at ``finish`` — ``{"answer":
-# <expected or None>, ...}`` plus whatever the world checks besides (the shop adds ``"changes"``, the exact
-# database rows the episode must change); ``solution`` is a reference list of calls ``[{"name": ..., "arguments":
-# {...}}, ...]`` ending with ``finish``, and following it solves the task (a test replays every shipped task).
-TASK_FILE_FIELDS = ("id", "split", "level", "intent", "instruction", "goal", "solution")  # a task file's line
-
-
-def load_tasks(path: str) -> list[Task]:
-    """Tasks from a JSONL file, one object of :data:`TASK_FILE_FIELDS` per line (blank lines skipped). A file that is
-    missing, unreadable or holds a line that is not a task is a ConfigError naming it (``env.tasks_file``)."""
-    tasks = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    tasks.append(task_from_line(json.loads(line)))
-                except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
-                    raise ConfigError(f"tasks_file {path!r}, line {n}: not a task ({type(e).__name__}: "
-                                      f"{str(e)[:200]})") from None
-    except FileNotFoundError:
-        raise ConfigError(f"tasks_file {path!r}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"tasks_file {path!r} cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    return tasks
-
-
-def task_from_line(data: dict[str, Any]) -> Task:
-    """The task of one line of a task file (a KeyError when a field is missing)."""
-    return Task(**{k: data[k] for k in TASK_FILE_FIELDS})
-
-
-def save_tasks(tasks: list[Task], path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps({k: getattr(t, k) for k in TASK_FILE_FIELDS}, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- answers
@@ -149,12 +111,12 @@ def tool_prompt(intro: str, toolset: ToolSet, example: str, listing: bool = True
     return f"{text}\nTools:\n<tools>\n{toolset.prompt_text()}\n</tools>" if listing else text
 
 
+def operations(toolset: ToolSet) -> tuple[Operation, ...]:
+    """A profile's operations (``envs/profile.py``), read off a world's tools, so the profile cannot drift from them."""
+    return tuple(Operation(t.name, t.description, tuple(t.parameters["properties"]), t.writes) for t in toolset)
+
+
 # ---------------------------------------------------------------------------------------------- the world
-# A task's split: the world's own training and held-out tasks, and tasks written by self-questioning
-# (selfevolve/questioning/), which are training tasks kept apart so that a run can use them alone or mixed.
-SPLITS = ("train", "test", "synth")
-
-
 def in_split(task_split: str, split: str) -> bool:
     """Whether a task of ``task_split`` belongs to the env option ``split`` ('all', or splits joined by '+')."""
     return split == "all" or task_split in split.split("+")
@@ -200,7 +162,7 @@ class ToolWorld(TextEnv):
     levels: ClassVar[tuple[int, ...]] = (1, 2, 3)
     toolset: ClassVar[ToolSet]  # built for each subclass by __init_subclass__
     intents: ClassVar[tuple[str, ...]] = ()  # the kinds of request (a world's profile lists them)
-    profile: ClassVar[Any] = None  # the world described as data (worlds/profile.py): self-questioning reads it
+    profile: ClassVar[Any] = None  # the world described as data (envs/profile.py): self-questioning reads it
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

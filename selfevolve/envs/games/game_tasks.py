@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from selfevolve.envs.task_files import SPLITS, load_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
-from selfevolve.worlds.base import SPLITS, load_tasks
 
 
 def split_tasks(env_name: str, split: Any, tasks_file: str,

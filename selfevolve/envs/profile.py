@@ -3,8 +3,8 @@
 Why: self-questioning (AgentEvolver) invents new tasks by exploring a world from a description of it — its
 entities and their attributes, the operations available, the rules and some background. A profile is that
 description, kept as data (dataclasses with a JSON form) so a later feature can read it, show it to a model
-or store it, without importing the world's code. Operations are taken from the world's tool schemas, so the
-profile cannot drift from the tools.
+or store it, without importing the world's code. A tool world's operations are read off its tool schemas
+(``envs/tools/base.operations``), so its profile cannot drift from its tools; a game's are its moves.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from selfevolve.worlds.tools import ToolSet
 
 
 @dataclass(frozen=True)
@@ -58,8 +56,3 @@ class EnvProfile:
                              for o in data["operations"]),
             rules=tuple(data.get("rules", ())), intents=tuple(data.get("intents", ())),
             extra=dict(data.get("extra", {})))
-
-
-def operations(toolset: ToolSet) -> tuple[Operation, ...]:
-    """A profile's operations, read off a world's tools."""
-    return tuple(Operation(t.name, t.description, tuple(t.parameters["properties"]), t.writes) for t in toolset)

@@ -1,7 +1,7 @@
 """Sokoban as a text world, in rooms of our own generator that are solvable by construction
-(``envs/sokoban_rooms.py``: the generator, the drawing and :func:`solve`, a breadth-first search over
+(``envs/games/sokoban_rooms.py``: the generator, the drawing and :func:`solve`, a breadth-first search over
 (player, boxes) states returning a shortest plan). With ``split`` holding ``synth`` the env plays the tasks
-self-questioning wrote (``envs/sokoban_tasks.py``).
+self-questioning wrote (``envs/games/sokoban_tasks.py``).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import copy
 from typing import Any, Callable
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.frozenlake import answer_format, error_line, parse_moves
-from selfevolve.envs.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.games.frozenlake import answer_format, error_line, parse_moves
+from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
 from selfevolve.envs.holdout import draw, split_bucket
-# the rooms' helpers are re-exported for callers (``from selfevolve.envs.sokoban import solve``)
-from selfevolve.envs.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
+# the rooms' helpers are re-exported for callers (``from selfevolve.envs.games.sokoban import solve``)
+from selfevolve.envs.games.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
                                            parse_room, render_room, room_key, solve)
-from selfevolve.envs.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
+from selfevolve.envs.games.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
 
@@ -50,10 +50,10 @@ class SokobanEnv(PlaysTasks, TextEnv):
             switches to) are the ordinary game, every box onto a target, in content-disjoint rooms: a seed whose
             room belongs to the other split redraws (``envs/holdout.py``), so no test room is ever a training
             room; ``train+test``: the seed's own room. ``synth``: the
-            room tasks of ``tasks_file`` (written by ``selfevolve explore``, ``envs/sokoban_tasks.py``), task
+            room tasks of ``tasks_file`` (written by ``selfevolve explore``, ``envs/games/sokoban_tasks.py``), task
             ``seed % n``. ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
-        tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
-            holds ``synth``.
+        tasks_file: a JSONL file of synthesized tasks (a ``types.Task`` per line, ``envs/task_files.py``), read
+            when ``split`` holds ``synth``.
 
     A synthesized task names a room (its seed and its rows), a goal and reference moves. Its first observation
     is the request line (``Request: ...``) above the room, which marks the named cells ``T`` while nothing
@@ -131,7 +131,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
     # ---------------------------------------------------------------- setup
     def reset(self, seed: int) -> str:
         """A generated room from ``seed`` (same seed, same room). With ``split`` holding ``synth``, the seed may
-        pick a synthesized task instead (``envs/game_tasks.py``)."""
+        pick a synthesized task instead (``envs/games/game_tasks.py``)."""
         task = task_for(self.synth_tasks, self.ordinary, seed)
         if task is not None:
             return self.play(task)

@@ -7,7 +7,7 @@ in exactly one of the customer's pending orders, a replacement variant that is i
 request the way a customer would, and gives the reference list of tool calls.
 
 The goal is then *measured*, not hand-written: the reference solution is replayed on a fresh copy of the
-database; every call must succeed, and the rows it changed (:func:`~selfevolve.worlds.shop_data.changes`)
+database; every call must succeed, and the rows it changed (:func:`~selfevolve.envs.tools.shop_data.changes`)
 become ``goal["changes"]``. An episode succeeds when its final database differs from the start by exactly
 those rows (no more, no fewer, same values) and, for questions, the answer matches ``goal["answer"]``.
 
@@ -24,10 +24,10 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
+from selfevolve.envs.tools.calls import ToolSet, format_tool_call
+from selfevolve.envs.tools.shop_data import CANCEL_REASONS, ShopData, changes, database_image, dataset, option_text
+from selfevolve.envs.tools.shop_tools import ShopTools
 from selfevolve.types import Task
-from selfevolve.worlds.shop_data import CANCEL_REASONS, ShopData, changes, database_image, dataset, option_text
-from selfevolve.worlds.shop_tools import ShopTools
-from selfevolve.worlds.tools import ToolSet, format_tool_call
 
 # (level, intent) -> (train, test) number of tasks
 QUOTAS: dict[tuple[int, str], tuple[int, int]] = {

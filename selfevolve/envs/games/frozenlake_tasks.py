@@ -1,7 +1,7 @@
 """FrozenLake's synthesized tasks (self-questioning, ``docs/questioning.md``): walk to a named target cell.
 
 A target task is a training seed's map (its rows kept), a target cell and the reference moves; the environment
-(``envs/frozenlake.py``) plays it when ``env.split`` includes ``synth``. The profile is what exploration and
+(``envs/games/frozenlake.py``) plays it when ``env.split`` includes ``synth``. The profile is what exploration and
 the task writer read of the game.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from selfevolve.envs.game_tasks import split_tasks as game_split_tasks
+from selfevolve.envs.games.game_tasks import split_tasks as game_split_tasks
+from selfevolve.envs.profile import Entity, EnvProfile, Operation
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
-from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 MOVES = ("Left", "Down", "Right", "Up")  # gymnasium's action ids 0..3, in this order
 
@@ -47,7 +47,7 @@ def _check_task(task: Task) -> None:
 
 def split_tasks(split: Any, tasks_file: str) -> tuple[list[Task], bool]:
     """The synthesized tasks a ``split`` plays (none without ``synth``) and whether it plays the ordinary game
-    too (``envs/game_tasks.py``, shared with Sokoban)."""
+    too (``envs/games/game_tasks.py``, shared with Sokoban)."""
     return game_split_tasks("frozenlake", split, tasks_file, _check_task)
 
 

@@ -20,12 +20,13 @@ import math
 import operator
 from typing import Any, Literal
 
+from selfevolve.envs.profile import Entity, EnvProfile
+from selfevolve.envs.task_files import load_tasks
+from selfevolve.envs.tools.base import ToolWorld, check_seed_option, operations, tool_prompt
+from selfevolve.envs.tools.calls import ToolError, ToolSet, format_tool_call, tool
+from selfevolve.envs.tools.tables_data import TABLES, tables
+from selfevolve.envs.tools.tables_tasks import QUOTAS, generate_tasks
 from selfevolve.types import Task
-from selfevolve.worlds.base import ToolWorld, check_seed_option, load_tasks, tool_prompt
-from selfevolve.worlds.profile import Entity, EnvProfile, operations
-from selfevolve.worlds.tables_data import TABLES, tables
-from selfevolve.worlds.tables_tasks import QUOTAS, generate_tasks
-from selfevolve.worlds.tools import ToolError, ToolSet, format_tool_call, tool
 
 Op = Literal["==", "!=", ">", ">=", "<", "<=", "contains"]
 Aggregate = Literal["count", "sum", "mean", "min", "max"]

@@ -3,7 +3,7 @@
 The agent reads a customer's request, looks users, orders and products up with tools, changes orders when the
 request and the store's rules allow it (cancel, change an item's variant, return, exchange) and ends with
 ``finish(answer)``. The world decides success itself: the final database must differ from the start by exactly
-the rows the task's goal lists, and a question's answer must match (see :mod:`selfevolve.worlds.shop_tasks`).
+the rows the task's goal lists, and a question's answer must match (see :mod:`selfevolve.envs.tools.shop_tasks`).
 
 Isolation: the seeded database is built once per process as a serialised image; every episode deserialises
 its own copy into the env's private in-memory connection, so writes never reach another episode or another
@@ -15,13 +15,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from selfevolve.envs.profile import Entity, EnvProfile
+from selfevolve.envs.task_files import load_tasks
+from selfevolve.envs.tools.base import ToolWorld, answers_match, check_seed_option, operations, tool_prompt
+from selfevolve.envs.tools.calls import ToolSet, format_tool_call
+from selfevolve.envs.tools.shop_data import TABLES, changes, columns, database_image
+from selfevolve.envs.tools.shop_tasks import QUOTAS, generate_tasks, held_out_marks, held_out_users
+from selfevolve.envs.tools.shop_tools import ShopTools
 from selfevolve.types import Task
-from selfevolve.worlds.base import ToolWorld, answers_match, check_seed_option, load_tasks, tool_prompt
-from selfevolve.worlds.profile import Entity, EnvProfile, operations
-from selfevolve.worlds.shop_data import TABLES, changes, columns, database_image
-from selfevolve.worlds.shop_tasks import QUOTAS, generate_tasks, held_out_marks, held_out_users
-from selfevolve.worlds.shop_tools import ShopTools
-from selfevolve.worlds.tools import ToolSet, format_tool_call
 
 RULES = (
     "Only pending orders can be cancelled, or have an item changed to another variant of the same product.",

@@ -18,8 +18,8 @@ from gymnasium.utils import seeding
 
 from selfevolve.envs.base import StepResult, TextEnv
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
-from selfevolve.envs.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
-from selfevolve.envs.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.games.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
+from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
 from selfevolve.envs.holdout import draw, split_bucket
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
@@ -121,8 +121,8 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
             ``train+test``: the seed's own map. ``synth``: the target-cell tasks
             of ``tasks_file`` (written by ``selfevolve explore``, see :func:`target_task`), task ``seed % n``.
             ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
-        tasks_file: a JSONL file of synthesized tasks (``worlds.base.Task`` per line), read when ``split``
-            holds ``synth``.
+        tasks_file: a JSONL file of synthesized tasks (a ``types.Task`` per line, ``envs/task_files.py``), read
+            when ``split`` holds ``synth``.
 
     A synthesized task names a map (its seed and its rows), a target cell and a reference move sequence. Its
     first observation is the request line (``Request: ...``) above the board, which marks the target ``T``;

@@ -4,7 +4,7 @@ to a named cell, or push every box onto a target.
 A room task is a training seed's start room (its rows kept), a goal and the reference moves. The goal is the
 end state of the reference, as exact as the request names it: ``player`` (the cell you must stand on; the boxes
 may be anywhere) or ``boxes`` (the cells every box must be on; you may stand anywhere). Every box on its target
-is the ordinary game's goal, asked as a request. The environment (``envs/sokoban.py``) plays the tasks of
+is the ordinary game's goal, asked as a request. The environment (``envs/games/sokoban.py``) plays the tasks of
 ``tasks_file`` when ``env.split`` includes ``synth``. The profile is what exploration and the writer read.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from selfevolve.envs.game_tasks import split_tasks as game_split_tasks
-from selfevolve.envs.sokoban_rooms import MOVES, Pos, parse_room, render_room
+from selfevolve.envs.games.game_tasks import split_tasks as game_split_tasks
+from selfevolve.envs.games.sokoban_rooms import MOVES, Pos, parse_room, render_room
+from selfevolve.envs.profile import Entity, EnvProfile, Operation
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
-from selfevolve.worlds.profile import Entity, EnvProfile, Operation
 
 INTENTS = ("reach_cell", "move_box", "solve_room")
 LEVELS = {"reach_cell": 1, "move_box": 2, "solve_room": 3}
@@ -99,7 +99,7 @@ def _check_task(task: Task) -> None:
 
 def split_tasks(split: Any, tasks_file: str) -> tuple[list[Task], bool]:
     """The synthesized tasks a ``split`` plays (none without ``synth``) and whether it plays the ordinary game
-    too (``envs/game_tasks.py``, shared with FrozenLake)."""
+    too (``envs/games/game_tasks.py``, shared with FrozenLake)."""
     return game_split_tasks("sokoban", split, tasks_file, _check_task)
 
 

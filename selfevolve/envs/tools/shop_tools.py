@@ -18,7 +18,7 @@ import sqlite3
 from contextlib import contextmanager
 from typing import Any, Iterator, Literal
 
-from selfevolve.worlds.tools import ToolError, tool
+from selfevolve.envs.tools.calls import ToolError, tool
 
 Status = Literal["pending", "processed", "delivered", "cancelled"]
 Reason = Literal["no longer needed", "ordered by mistake"]
