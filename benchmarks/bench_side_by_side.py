@@ -44,7 +44,9 @@ Path(sys.argv[1]).write_text(json.dumps(out))
 
 
 def start(tree: Path, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{TESTS}", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+    # each tree's own recorded runs when it has them (their imports follow its layout), else this tree's
+    tests = tree / "tests" if (tree / "tests" / "test_recorded_runs.py").is_file() else TESTS
+    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tests}", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     return subprocess.Popen([sys.executable, "-c", DRIVER, str(out)], cwd=tree, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
