@@ -19,6 +19,7 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 from selfevolve.errors import ConfigError
 from selfevolve.models import loading
 from selfevolve.models.generation import generate
+from selfevolve.models.policy import Policy
 from selfevolve.models.prefix_sharing import encode_rows
 from selfevolve.models.tree_attention import supports_tree
 from selfevolve.models.window_masks import layer_masks
@@ -96,6 +97,25 @@ def test_the_rollout_window_counts_positions_not_cache_columns(tiny_gemma, monke
     gap = [max(abs(a - b) for a, b in zip(_alone_logprobs(tiny_gemma, nxt[i], by_columns.ids[i]),
                                           by_columns.logprobs[i])) for i in range(3)]
     assert max(gap) > 1e-3
+
+
+@pytest.mark.parametrize("prefix_len", [0, 4])
+def test_side_tokens_see_the_window_by_position(tiny_gemma, prefix_len):
+    """Self-AC's side tokens (``Policy.encode_with_side_tokens``) with 4-D masks: the row's and the side tokens'
+    hidden states equal those of one plain forward of the row followed by them, past the window."""
+    policy = Policy(tiny_gemma, loading.load_tokenizer("tiny"))
+    L, C = 12, 2
+    ids = torch.tensor([[2] + list(range(10, 10 + L - 1))])
+    side_ids = torch.tensor([[30, 31]])
+    pos, side_pos = torch.arange(L)[None], torch.arange(L, L + C)[None]
+    neg = torch.finfo(torch.float32).min
+    causal = torch.full((L + C, L + C), neg).triu(1)[None, None]  # additive: 0 where a query may look
+    mask = causal[:, :, :L, :L] if prefix_len else None
+    with torch.no_grad():
+        hidden, side = policy.encode_with_side_tokens(ids, pos, mask, prefix_len=prefix_len,
+                                                      side=(side_ids, side_pos, causal[:, :, L:, :]))
+        plain = tiny_gemma.model(input_ids=torch.cat([ids, side_ids], 1), use_cache=False).last_hidden_state
+    assert torch.allclose(hidden, plain[:, :L], atol=1e-5) and torch.allclose(side, plain[:, L:], atol=1e-5)
 
 
 def test_models_without_sliding_layers_get_the_2d_mask_unchanged():

@@ -46,3 +46,22 @@ def layer_masks(config, mask: torch.Tensor, queries: int):
     own = (~real[:, K - queries:, None]) & (k_cols[None, None, :] == q_cols[None, :, None])
     masks = {"full_attention": (full | own)[:, None], SLIDING: (sliding | own)[:, None]}
     return {t: masks[t] for t in set(config.layer_types)}
+
+
+def windowed(config, mask: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype):
+    """The ``attention_mask`` to pass with a 4-D additive ``mask [B, 1, q, K]`` in ``dtype`` (or None: causal by
+    column) for queries at positions ``q_pos [B, q]`` and keys at ``k_pos [B, K]`` (Self-AC's side tokens,
+    ``Policy.encode_with_side_tokens``): ``mask`` itself, or for a model with sliding-window layers
+    ``{layer type: mask}`` where a sliding layer's also hides the keys ``W`` or more positions back. transformers
+    gives a 4-D mask to every layer as it is, so without this a sliding layer would see the whole row."""
+    if not has_sliding_layers(config) or not set(config.layer_types) <= {"full_attention", SLIDING}:
+        return mask
+    q, K = q_pos.shape[1], k_pos.shape[1]
+    if mask is None:
+        cols = torch.arange(K, device=k_pos.device)
+        later = cols[None, :] > torch.arange(K - q, K, device=k_pos.device)[:, None]
+        mask = torch.zeros(q, K, dtype=dtype, device=k_pos.device).masked_fill(later, torch.finfo(dtype).min)
+        mask = mask.expand(q_pos.shape[0], 1, q, K)
+    far = (q_pos[:, None, :, None] - k_pos[:, None, None, :]) >= config.sliding_window
+    masks = {"full_attention": mask, SLIDING: mask.masked_fill(far, torch.finfo(mask.dtype).min)}
+    return {t: masks[t] for t in set(config.layer_types)}
