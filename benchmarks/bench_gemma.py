@@ -1,13 +1,13 @@
 """Gemma 3 270M (``model.name=gemma-3-270m``, the extra ``selfevolve[gemma]``) beside SmolLM2 on FrozenLake.
 
-    python benchmarks/bench_gemma.py [--models gemma-3-270m,smollm2-135m] [--episodes 4] [--warm 0]
+    python benchmarks/bench_gemma.py [--models gemma-3-270m,smollm2-135m] [--episodes 4] [--warm 0] [KEY=VALUE ...]
 
 For each model, in fresh processes: the load time of the converted (cached) model and the process's peak memory
 after it; then one ``selfevolve train`` step with small settings (its command is printed) and what its run folder
 says: wall time, peak memory, the greedy evaluation before and after (success, valid moves: the untrained model's
 first), the sampled rollouts' valid moves, and how many replies ended their turn themselves (the end-of-turn
 token) rather than at the token budget. The first load of a model converts its GGUF once; run the script twice
-to time a cached load only (the first run's load time is printed as such).
+to time a cached load only; ``--first-load`` times the conversion alone, into an empty cache folder.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ def env() -> dict[str, str]:
     return e
 
 
-def load_time(name: str) -> tuple[float, float, int]:
-    """(seconds for load_model, the process's peak RSS in GB, parameters) in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", LOAD.format(name=name)], env=env(), capture_output=True, text=True,
+def load_time(name: str, cache: str | None = None) -> tuple[float, float, int]:
+    """(seconds for load_model, the process's peak RSS in GB, parameters) in a fresh process; ``cache``: another
+    model cache folder (an empty one times the first load, the GGUF's conversion)."""
+    e = env() | ({"SELFEVOLVE_CACHE": cache} if cache else {})
+    out = subprocess.run([sys.executable, "-c", LOAD.format(name=name)], env=e, capture_output=True, text=True,
                          check=True, cwd=ROOT)
     secs, gb, n = out.stdout.split()[-3:]
     return float(secs), float(gb), int(n)
@@ -62,8 +64,9 @@ def ended_turn(steps: list[dict], end_tokens: set[str]) -> str:
 def one_step(name: str, args, out: Path) -> dict:
     cmd = [sys.executable, "-m", "selfevolve.cli", "train", f"model.name={name}", "train.steps=1",
            f"eval.episodes={args.episodes}", f"train.warm_start_steps={args.warm}", f"algo.group_size={args.group}",
-           f"train.tasks_per_step={args.tasks}", "train.progress=false", f"train.out_dir={out}",
-           "train.overwrite=true"]
+           f"train.tasks_per_step={args.tasks}", f"train.warm_start_tasks={args.tasks * args.group}",
+           "train.progress=false", f"train.out_dir={out}",
+           "train.overwrite=true", *args.overrides]
     print("$", " ".join(cmd[1:]), flush=True)
     t = time.perf_counter()
     subprocess.run(cmd, env=env(), check=True, cwd=ROOT, capture_output=True)
@@ -87,6 +90,10 @@ def one_step(name: str, args, out: Path) -> dict:
         "rollout_s": round(step.get("time/rollout", 0), 1),
         "update_s": round(step.get("time/update", 0), 2),
         "grad_norm": round(step.get("grad_norm", 0), 4),
+        "warm_loss_bc": next((r["warm/loss_bc_first"] for r in rows if "warm/loss_bc_first" in r), None),
+        "time_warm_start_s": round(next((r["time/warm_start"] for r in rows if "time/warm_start" in r), 0), 1),
+        "a_greedy_reply": eval_steps[0]["action_text"] if eval_steps else None,
+        "a_sampled_reply": train_steps[0]["action_text"] if train_steps else None,
     }
 
 
@@ -97,15 +104,28 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--warm", type=int, default=0, help="warm-start steps")
+    ap.add_argument("--out", default=None, help="keep the run folders here (default: a temporary folder)")
+    ap.add_argument("overrides", nargs="*", help="more key=value overrides for the run, e.g. agent.temperature=0.5")
+    ap.add_argument("--first-load", action="store_true",
+                    help="only time each model's first load (GGUF conversion) into an empty cache, then stop")
     args = ap.parse_args()
     summary = []
+    if args.first_load:
+        for name in args.models.split(","):
+            with tempfile.TemporaryDirectory() as cache:
+                secs, gb, n = load_time(name, cache)
+            summary.append(f"{name}: first load (conversion) {secs} s, peak {gb} GB")
+        print("SUMMARY " + " ; ".join(summary))
+        return
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.out or tmp
         for name in args.models.split(","):
             secs, gb, n = load_time(name)
             res = {"load_s": secs, "load_peak_rss_gb": gb, "params_M": round(n / 1e6, 1)}
             res |= one_step(name, args, Path(tmp) / name)
             print(name, json.dumps(res), flush=True)
-            summary.append(f"{name}: load {secs} s, one step + 2 evals {res['wall_s']} s, peak {res['peak_rss_gb']} GB, "
+            summary.append(f"{name}: load {secs} s, {args.warm} warm-start + 1 RL step + 2 evals {res['wall_s']} s, "
+                           f"peak {res['peak_rss_gb']} GB, "
                            f"untrained greedy valid turns {res['untrained_greedy_turns_valid']} "
                            f"(ended their turn {res['untrained_greedy_turns_ended']}), sampled valid "
                            f"{res['sampled_turns_valid']}")
