@@ -176,8 +176,8 @@ def end_of_turn_ids(tokenizer) -> set[int]:
     return {tokenizer.eos_token_id} | ({turn_end} if turn_end is not None else set())
 
 
-# The tokens that close a chat turn, by format: ChatML (SmolLM2, Qwen), Gemma. A model ends its reply with it, and
-# its eos follows only at the end of a whole document, so generation must stop on it.
+# The tokens that close a chat turn, by format: ChatML (SmolLM2, Qwen), Gemma. A chat model ends its reply with it,
+# not with eos, so generation must stop on it.
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>")
 
 
