@@ -3,8 +3,8 @@
 
 Gemma 3 mixes sliding-window layers (a window of 512 positions) with full-attention ones. Without the extra, a
 tiny random Gemma 3 (transformers' own Gemma 3 code) checks what the family needs of the code: the update
-encodes its rows plainly, never as a tree, and the rollout's sliding window counts positions, not cache columns
-(``models/window_masks.py``). With the extra, the real model's chat format goes through the prompt builder, and
+encodes its rows plainly, never as a tree, and the rollout's and Self-AC's side tokens' sliding window counts
+positions, not cache columns (``models/window_masks.py``). With the extra, the real model's chat format goes through the prompt builder, and
 one training step and two evaluations run from the command line.
 """
 
@@ -39,8 +39,9 @@ def tiny_gemma():
                            num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=WINDOW,
                            layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256,
                            pad_token_id=0, bos_token_id=2, eos_token_id=1)
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.random.fork_rng(devices=[]):  # the global stream stays as the other tests left it
+        torch.manual_seed(0)
+        model = Gemma3ForCausalLM(cfg).eval()
     model.config.use_cache = True
     return model
 
