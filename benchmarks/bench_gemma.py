@@ -7,7 +7,8 @@ after it; then one ``selfevolve train`` step with small settings (its command is
 says: wall time, peak memory, the greedy evaluation before and after (success, valid moves: the untrained model's
 first), the sampled rollouts' valid moves, and how many replies ended their turn themselves (the end-of-turn
 token) rather than at the token budget. The first load of a model converts its GGUF once; run the script twice
-to time a cached load only; ``--first-load`` times the conversion alone, into an empty cache folder.
+to time a cached load only; ``--first-load`` times the conversion alone, into an empty cache folder;
+``--turn-end`` shows where Gemma's ``<end_of_turn>`` embedding lies among the other tokens'.
 """
 
 from __future__ import annotations
@@ -97,6 +98,27 @@ def one_step(name: str, args, out: Path) -> dict:
     }
 
 
+def turn_end_neighbours() -> str:
+    """Where Gemma's ``<end_of_turn>`` embedding (tied to the output head) lies: its cosine and distance to a few
+    tokens and to the ``<unused…>`` tokens (every 7th of the first 6,000)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from selfevolve.models.loading import gemma_path, load_tokenizer
+
+    emb = load_file(gemma_path() / "model.safetensors")["model.embed_tokens.weight"]
+    tok = load_tokenizer("gemma-3-270m")
+    eot = emb[tok.convert_tokens_to_ids("<end_of_turn>")]
+    lines = []
+    for t in ["<unused5994>", "<start_of_turn>", "<eos>", "Right", "user", "\n"]:
+        e = emb[tok.convert_tokens_to_ids(t)]
+        lines.append(f"{t!r}: cos {torch.cosine_similarity(e, eot, dim=0):.3f} dist {(e - eot).norm():.3f}")
+    unused = emb[[tok.convert_tokens_to_ids(f"<unused{k}>") for k in range(0, 6000, 7)]]
+    d = (unused - eot).norm(dim=1)
+    lines.append(f"<unused*> ({len(d)}): distance min {d.min():.3f} median {d.median():.3f}")
+    return "; ".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="gemma-3-270m,smollm2-135m")
@@ -106,10 +128,15 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=0, help="warm-start steps")
     ap.add_argument("--out", default=None, help="keep the run folders here (default: a temporary folder)")
     ap.add_argument("overrides", nargs="*", help="more key=value overrides for the run, e.g. agent.temperature=0.5")
+    ap.add_argument("--turn-end", action="store_true",
+                    help="only show where Gemma's <end_of_turn> embedding lies among the other tokens, then stop")
     ap.add_argument("--first-load", action="store_true",
                     help="only time each model's first load (GGUF conversion) into an empty cache, then stop")
     args = ap.parse_args()
     summary = []
+    if args.turn_end:
+        print("SUMMARY <end_of_turn> against: " + turn_end_neighbours())
+        return
     if args.first_load:
         for name in args.models.split(","):
             with tempfile.TemporaryDirectory() as cache:
