@@ -32,8 +32,9 @@ class LoraConfig(_Section):
 class ModelConfig(_Section):
     name: str = Field(
         "smollm2-135m",
-        description="'smollm2-135m' (embedded, offline), 'tiny' (random small Llama, for tests), "
-        "or a local path / cached Hugging Face id.",
+        description="'smollm2-135m' (embedded, offline), 'gemma-3-270m' (Gemma 3 270M base model, offline, needs "
+        "the extra selfevolve[gemma]), 'tiny' (random small Llama, for tests), or a local path / cached Hugging "
+        "Face id.",
     )
     dtype: Literal["auto", "bf16", "fp32", "fp16"] = Field(
         "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."

@@ -136,8 +136,9 @@ class PromptBuilder:
         return list(prev_prompt) + list(action_ids) + closing + delta
 
     def eot_id(self) -> int:
-        """The id that closes a chat turn (``<|im_end|>`` in ChatML, else the eos token)."""
-        return _im_end_id(self.tokenizer) or self.tokenizer.eos_token_id
+        """The id that closes a chat turn (``<|im_end|>`` in ChatML, ``<end_of_turn>`` in Gemma's format, else the
+        eos token)."""
+        return _turn_end_id(self.tokenizer) or self.tokenizer.eos_token_id
 
     def _observation_delta(self, observation: str) -> list[int] | None:
         """Template ids between the end of an assistant reply and the next assistant opening, for ``observation``
@@ -156,7 +157,7 @@ def appended_turn_ids(tokenizer, message: dict, tools: list[dict] | None = None)
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "a"}]
     a = tokenizer.apply_chat_template(base, tools=tools, tokenize=False)
-    eot = tokenizer.convert_ids_to_tokens(_im_end_id(tokenizer) or tokenizer.eos_token_id)
+    eot = tokenizer.convert_ids_to_tokens(_turn_end_id(tokenizer) or tokenizer.eos_token_id)
     i = a.rfind(eot)
 
     def delta(msgs: list[dict]) -> str | None:
@@ -169,14 +170,23 @@ def appended_turn_ids(tokenizer, message: dict, tools: list[dict] | None = None)
 
 
 def end_of_turn_ids(tokenizer) -> set[int]:
-    """Ids that end the model's turn: eos, and ``<|im_end|>`` in ChatML models. Generation stops on them."""
-    im_end = _im_end_id(tokenizer)
-    return {tokenizer.eos_token_id} | ({im_end} if im_end is not None else set())
+    """Ids that end the model's turn: eos, and the turn's closing token (``<|im_end|>`` in ChatML models,
+    ``<end_of_turn>`` in Gemma's). Generation stops on them."""
+    turn_end = _turn_end_id(tokenizer)
+    return {tokenizer.eos_token_id} | ({turn_end} if turn_end is not None else set())
 
 
-def _im_end_id(tokenizer) -> int | None:
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    return im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else None
+# The tokens that close a chat turn, by format: ChatML (SmolLM2, Qwen), Gemma. A chat model ends its reply with it,
+# not with eos, so generation must stop on it.
+TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>")
+
+
+def _turn_end_id(tokenizer) -> int | None:
+    for token in TURN_END_TOKENS:
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            return tid
+    return None
 
 
 _PROBE_TOOL = {"type": "function", "function": {"name": "selfevolve_probe_tool", "description": "probe",

@@ -22,6 +22,7 @@ import torch
 from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.kv_cache import GrowingCache
 from selfevolve.models.sampler import Generation
+from selfevolve.models.window_masks import layer_masks
 
 
 def _token_stats(logits: torch.Tensor, temperature: float, masked: bool = False):
@@ -216,8 +217,8 @@ def generate(
     # matrix product.
     last = torch.tensor([ids.shape[1] - 1], device=device)
     logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(model, cache), use_cache=True,
-        logits_to_keep=last,
+        input_ids=ids, attention_mask=layer_masks(model.config, mask, ids.shape[1]), position_ids=positions,
+        **cache_kwargs(model, cache), use_cache=True, logits_to_keep=last,
     ).logits[:, -1, :]
     if encode is not prompts:  # copy each distinct prompt's cache and logits to the rows that share it
         idx = torch.tensor(row_of, device=device)
@@ -257,7 +258,7 @@ def generate(
         mask = torch.cat([mask, alive.long()[:, None]], dim=1)
         logits = model(
             input_ids=tok[:, None],
-            attention_mask=mask,
+            attention_mask=layer_masks(model.config, mask, 1),
             position_ids=next_pos[:, None],
             **with_cache,
             use_cache=True,
@@ -310,8 +311,8 @@ def extend_cache(
         if not suffix and not need_hidden and all(len(p) - len(q) == 1 for p, q in zip(prompts, state.seqs)):
             return None, state, 0
     cache, ids, mask, positions, base_pos, lengths, encoded = _inputs(body, prompts, state, prefix_ids, suffix, 0)
-    hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(body, cache),
-                  use_cache=True).last_hidden_state[:, -1]
+    hidden = body(input_ids=ids, attention_mask=layer_masks(body.config, mask, ids.shape[1]), position_ids=positions,
+                  **cache_kwargs(body, cache), use_cache=True).last_hidden_state[:, -1]
     drop = len(suffix) + 1
     cache.crop(-drop)  # remove that many trailing columns
     return hidden, KVState(cache, mask[:, :-drop], [list(p[:-1]) for p in prompts], base_pos + lengths - 1), encoded

@@ -5,7 +5,8 @@ with three backends:
 
 - ``policy``: the policy being trained, adapter on (the agent judges and distils with what it has learnt);
 - ``base``: the same weights with the LoRA adapter off (a fixed model, no second copy);
-- a local model path (or ``tiny`` / ``smollm2-135m``): a separate model, loaded once, no adapter;
+- a local model path (or a built-in name: ``tiny``, ``smollm2-135m``, ``gemma-3-270m``): a separate model,
+  loaded once, no adapter;
 - ``openai:MODEL``: an OpenAI-compatible server (``selfevolve serve``, vLLM, llama.cpp), configured by the
   ``llm_api`` section: URL, key variable, timeout, counted retries (:mod:`selfevolve.models.openai_backend`).
 

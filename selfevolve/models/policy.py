@@ -26,6 +26,7 @@ from selfevolve.models.generation import KVState, extend_cache, generate, read_v
 from selfevolve.models.prefix_sharing import encode_rows
 from selfevolve.models.sampler import Generation
 from selfevolve.models.value_head import ValueHead
+from selfevolve.models.window_masks import windowed
 
 VALUE_PREFIX = "value_head."
 
@@ -304,20 +305,25 @@ class Policy:
         body, _ = self.body_and_head()
         cache = DynamicCache()
         with_cache = cache_kwargs(body, cache)
+        # a sliding-window model's masks also hide the keys beyond its window, by position (models/window_masks.py)
+        dtype = body.get_input_embeddings().weight.dtype
         P = prefix_len
         if P > 0:
             first = body(input_ids=ids[:1, :P], position_ids=positions[:1, :P], **with_cache,
                          use_cache=True).last_hidden_state
             cache.batch_repeat_interleave(ids.shape[0])
-            rest = body(input_ids=ids[:, P:], attention_mask=None if mask is None else mask[:, :, P:],
-                        position_ids=positions[:, P:], **with_cache, use_cache=True).last_hidden_state
+            rest_mask = windowed(body.config, None if mask is None else mask[:, :, P:], positions[:, P:], positions,
+                                 dtype)
+            rest = body(input_ids=ids[:, P:], attention_mask=rest_mask, position_ids=positions[:, P:], **with_cache,
+                        use_cache=True).last_hidden_state
             hidden = torch.cat([first.expand(ids.shape[0], -1, -1), rest], dim=1)
         else:
-            hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache,
-                          use_cache=True).last_hidden_state
+            hidden = body(input_ids=ids, attention_mask=windowed(body.config, mask, positions, positions, dtype),
+                          position_ids=positions, **with_cache, use_cache=True).last_hidden_state
         if side is None:
             return hidden, None
         side_ids, side_pos, side_mask = side
+        side_mask = windowed(body.config, side_mask, side_pos, torch.cat([positions, side_pos], dim=1), dtype)
         side_hidden = body(input_ids=side_ids, attention_mask=side_mask, position_ids=side_pos, **with_cache,
                            use_cache=True).last_hidden_state
         return hidden, side_hidden
