@@ -104,13 +104,6 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
-    def _check_attribution(self):
-        if self.reward.attribution != "none" and self.algo.name not in ("grpo", "rloo"):
-            raise ValueError(f"reward.attribution={self.reward.attribution} fuses step labels with an episode-level "
-                             f"advantage: it works with algo.name grpo or rloo, not {self.algo.name}")
-        return self
-
-    @model_validator(mode="after")
     def _check_search(self):
         s = self.search
         if self.rollout.search in ("beam", "lookahead") and s.keep == "all" and self.algo.group_size % s.beams:

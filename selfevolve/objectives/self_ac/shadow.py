@@ -73,6 +73,7 @@ class ShadowEpisode:
     cp_start: list[int] = field(default_factory=list)  # per critic prompt (n, or n + 1 with the final state)
     cp_end: list[int] = field(default_factory=list)  # per critic prompt: its last token, where V is read
     rewards: list[float] = field(default_factory=list)  # per turn: r_k from s_k to s_{k+1}
+    label_credit: list[float] = field(default_factory=list)  # per turn: α·Σ_{j≥k} r̃_j of step labels, or empty
     traj_index: int = 0
     values: list[float] = field(default_factory=list)  # V(s_0..s_n) from the update's first forward
 
@@ -216,12 +217,15 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     C = cp_ids.shape[1]
 
     rewards = torch.zeros((B, K), dtype=torch.float32)
+    label_credit = torch.zeros((B, K), dtype=torch.float32)
     turn_mask = torch.zeros((B, K), dtype=torch.bool)
     value_mask = torch.zeros((B, K), dtype=torch.bool)
     value_idx = torch.zeros((B, K), dtype=torch.long)
     pred, target, slot, old = [], [], [], []
     for b, e in enumerate(episodes):
         rewards[b, : e.turns] = torch.tensor(e.rewards, dtype=torch.float32)
+        if e.label_credit:
+            label_credit[b, : e.turns] = torch.tensor(e.label_credit, dtype=torch.float32)
         turn_mask[b, : e.turns] = True
         value_mask[b, : len(e.cp_end)] = True
         value_idx[b, : len(e.cp_end)] = torch.tensor([b * C + new_cp[b][j] for j in e.cp_end], dtype=torch.long)
@@ -252,6 +256,8 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     }
     if real_mask is not None:
         out["real_mask"] = real_mask
+    if any(e.label_credit for e in episodes):  # step attribution (reward.attribution): added to the actor's A_k
+        out["label_credit"] = label_credit
     out = {k: v.to(device) for k, v in out.items()} if device is not None else out
     out["prefix_len"] = _shared_prefix(real_ids, real_seg, [new[b][e.pred[0]] for b, e in enumerate(episodes) if e.pred])
     return out

@@ -5,6 +5,7 @@ log-probs and V(s_0..s_n); then
 
     Loss_Critic = mean over n = 1..td_max of the TD(n) squared errors (targets detached, terminal value 0)
     A_k         = R_k − V(s_k).detach()             (R: the discounted return from s_k)
+                  + α·Σ_{j≥k} r̃_j with step labels   (reward.attribution; algos/attribution.py)
     Loss_Actor  = PPO-clip on π_θ/π_old, per token (A_k broadcast to a_k's tokens) or per turn (whole actions)
     Loss        = α·Loss_Critic + (1 − α)·Loss_Actor
 
@@ -75,6 +76,8 @@ def self_ac_losses(batch: dict, logp: torch.Tensor, values: torch.Tensor, sac, a
     with torch.no_grad():  # what a critic that knows nothing (V ≡ 0) would score on the same batch
         zero, _ = critic_loss(torch.zeros_like(values), rewards, turn_mask, value_mask, algo.gamma, sac.td_max)
     R, A = returns_and_advantages(values, rewards, turn_mask, algo.gamma)
+    if "label_credit" in batch:  # step attribution: A'_k = A_k + α·Σ_{j≥k} r̃_j (algos/attribution.py)
+        A = A + batch["label_credit"].to(A.dtype) * turn_mask.to(A.dtype)
     old, slot = batch["old_logprobs"], batch["token_slot"]
     flat_A = A.flatten().float()
     if sac.ratio == "token":
