@@ -83,9 +83,6 @@ class Config(_Section):
         if x.enabled and self.rollout.search != "sample":
             raise ValueError(f"experience.recall / experience.navigate work with rollout.search=sample, not "
                              f"{self.rollout.search}")
-        if x.navigate and self.algo.name == "self_ac":
-            raise ValueError("experience.navigate strips the insight block from token rows: it works with "
-                             "algo.name grpo, rloo, gigpo or ppo, not self_ac")
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")

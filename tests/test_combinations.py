@@ -3,17 +3,32 @@ by hand and trained for a step or two on the tiny model (docs/configuration.md, 
 
 - step attribution (AgentEvolver's self-attributing) on every estimator: A'_t = A_t + α·Σ_{k≥t} r̃_k, with A_t
   GiGPO's, PPO's GAE or Self-AC's R_k − V(s_k);
+- self-navigating with Self-AC: shadow episodes of the stripped prompts, their old log-probs restated by the shadow
+  forward itself, the boost on guided episodes' actor clip;
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 import torch
 
 from selfevolve import Trainer
+from selfevolve.agent.guidance import Guidance
+from selfevolve.build import build_policy, build_prompt
+from selfevolve.envs import ENVS, make_env
+from selfevolve.experience import navigation as nav
+from selfevolve.experience.embed import Embedder
+from selfevolve.experience.guide import Experience
+from selfevolve.experience.pool import ExperiencePool, NewItem
+from selfevolve.objectives import make_objective, value_head_kind
+from selfevolve.objectives.self_ac.shadow import build_shadow_episode, collate_shadow
+from selfevolve.objectives.self_ac.update import self_ac_losses
+from selfevolve.rollout.runner import rollout
+from selfevolve.tasks.source import seed_tasks
 from selfevolve.algos.attribution import attribution_advantages, fuse_turn_advantages, label_returns
 from selfevolve.algos.gae import gae_advantages
 from selfevolve.config import load_config
@@ -134,3 +149,92 @@ def test_training_with_oracle_attribution(tmp_path, algo):
         rewards = [s["reward"] for s in t["steps"]]
         expected = returns_minus_values(rewards, t["flags"]["values"], cfg.algo.gamma, c[:len(rewards)])
         assert t["flags"]["advantages"] == pytest.approx(expected, abs=2e-5)
+
+
+# ---- self-navigating x Self-AC ------------------------------------------------------------------------------------
+INSIGHTS = [NewItem(kind="insight", text="Move towards the goal and away from holes.", key_text="walking on a frozen lake"),
+            NewItem(kind="insight", text="Never walk into the edge of the map.", key_text="moving on a grid")]
+NAV_SELF_AC = [*TINY, *LAKE, "algo.name=self_ac", "experience.navigate=true", "experience.seed_examples=0"]
+
+
+def _contains(ids, sub):
+    return any(ids[i:i + len(sub)] == sub for i in range(len(ids) - len(sub) + 1))
+
+
+@pytest.fixture(scope="module")
+def guided_self_ac():
+    """A training batch of FrozenLake (2 tasks x G = 4, η = 0.5: two guided episodes a task) and the Self-AC
+    objective over the policy that played it."""
+    cfg = load_config(overrides=[*NAV_SELF_AC, "experience.old_logprobs=recompute"])
+    policy = build_policy(cfg, value_head=value_head_kind(cfg))
+    exp = Experience(cfg, None, policy, ENVS["frozenlake"], {"size": 3}, "frozenlake")
+    exp.pool.add(INSIGHTS, step=0, origin="extracted")
+    tasks = [t for t in seed_tasks("frozenlake", 2) for _ in range(4)]
+    envs = [make_env(ENVS["frozenlake"], size=3) for _ in tasks]
+    builder = build_prompt(cfg, policy, envs[0])
+    trajs = rollout(policy, envs, tasks, builder, max_turns=3, group_ids=[t.id for t in tasks],
+                    generator=torch.Generator().manual_seed(0), guide=exp.guide(tasks, 4, training=True))
+    objective = make_objective(cfg, policy, builder, torch.optim.AdamW(policy.trainable_parameters()),
+                               random.Random(0))
+    return exp, policy, builder, trajs, objective
+
+
+def test_self_ac_trains_guided_episodes_on_the_stripped_prompts(guided_self_ac):
+    exp, policy, builder, trajs, objective = guided_self_ac
+    assert [t.guided for t in trajs] == [True, True, False, False] * 2
+    episodes, _ = objective.credit(trajs)
+    assert [e.guided for e in episodes] == [t.guided for t in trajs]
+    block = policy.tokenizer.encode(nav.BLOCK_TITLE, add_special_tokens=False)
+    for ep, t in zip(episodes, trajs):
+        assert _contains(t.steps[0].prompt_ids, block) == t.guided  # sampled with the block when guided ...
+        assert not _contains(ep.ids, block)  # ... its shadow episode holds none of it
+        plain = builder.prompt_ids([t.query], [], t.task.instruction, Guidance())
+        assert ep.ids[:len(plain)] == plain  # it starts as the episode without guidance
+    # old log-probs restated by the shadow forward: the ratio of a guided episode starts at exactly 1
+    first = exp.prepare_rows(episodes, objective.current_logprobs)
+    assert first["experience/ratio_drift"] > 0 and first["experience/guided_tokens"] == sum(
+        len(e.target) for e in episodes if e.guided)
+    assert [e.clip_high for e in episodes] == [0.6 if e.guided else None for e in episodes]
+    again = exp.prepare_rows(episodes, objective.current_logprobs)
+    assert again["experience/ratio_drift"] == pytest.approx(0.0, abs=1e-6)
+    # the same forward on unguided episodes gives the log-probs they were sampled with
+    plain_eps = [e for e in episodes if not e.guided]
+    got = objective.current_logprobs(plain_eps)
+    assert torch.allclose(torch.tensor([x for g in got for x in g]),
+                          torch.tensor([x for e in plain_eps for x in e.old_logprobs]), atol=1e-3)
+
+
+@pytest.mark.parametrize("ratio", ["token", "turn"])
+def test_boost_reaches_the_self_ac_actor_on_guided_episodes_only(ratio):
+    """ratio 1.5 per token, A = R = 1 (V = 0, one turn of reward 1): a guided episode's tokens are bounded by
+    1 + 0.6, a plain one's by 1 + 0.28. Per turn the ratio is 1.5² = 2.25, bounded by 1.6 and 1.28."""
+    one = Trajectory(task=Task(id="t", env="x", seed=0),
+                     steps=[Step(prompt_ids=[1, 2], action_ids=[3, 4], logprobs=[0.0, 0.0], reward=1.0)])
+    guided, plain = build_shadow_episode(one, [9]), build_shadow_episode(one, [9])
+    guided.clip_high = 0.6
+    batch = collate_shadow([guided, plain], pad_id=0, dtype=torch.float32)
+    assert batch["clip_high"].tolist()[:2] == pytest.approx([0.6, 0.6]) and all(
+        math.isnan(x) for x in batch["clip_high"].tolist()[2:])
+    algo = load_config(overrides=["algo.name=self_ac", f"algo.self_ac.ratio={ratio}"]).algo
+    logp = torch.full((4,), math.log(1.5))
+    losses, _ = self_ac_losses(batch, logp, torch.zeros(batch["value_mask"].shape), algo.self_ac, algo)
+    expected = (-1.5 * 2 - 1.28 * 2) / 4 if ratio == "token" else (-1.6 - 1.28) / 2
+    assert float(losses["actor"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_training_self_ac_with_navigation(tmp_path):
+    """A tiny run: half of each group guided by the imported insights, trained as shadow episodes of the stripped
+    prompts, the restated ratio logged."""
+    pool = ExperiencePool(tmp_path / "insights.sqlite", Embedder(load_config().experience.embedder))
+    pool.add(INSIGHTS, step=0, origin="extracted")
+    pool.close()
+    out = tmp_path / "run"
+    Trainer(load_config(overrides=[*NAV_SELF_AC, "train.steps=1", "experience.old_logprobs=recompute",
+                                   "experience.llm_max_new_tokens=8", f"experience.pool={tmp_path / 'insights.sqlite'}",
+                                   f"train.out_dir={out}"])).train()
+    (m,) = [r for r in _read(out / "metrics.jsonl") if r["step"] == 1]
+    assert m["experience/guided_share"] == 0.5 and m["experience/guided_tokens"] > 0
+    assert math.isfinite(m["experience/ratio_drift"]) and math.isfinite(m["grad_norm"]) and "loss/critic" in m
+    trajs = _read(out / "trajectories.jsonl")
+    assert sum(t["flags"].get("guided", False) for t in trajs) == 4
+    assert all(len(t["flags"]["values"]) >= len(t["steps"]) for t in trajs)

@@ -154,11 +154,12 @@ class Experience:
         return RolloutGuide(self, pool or self.pool, guided, recall=self.x.recall == "seer")
 
     # ---- the update -----------------------------------------------------------------------------------------
-    def prepare_rows(self, policy, rows, micro_batch_tokens: int) -> dict[str, float]:
+    def prepare_rows(self, rows, logprobs_of) -> dict[str, float]:
+        """Navigation's old log-probs and boost on the guided ``rows`` (``logprobs_of``: the objective's
+        ``current_logprobs``)."""
         if not self.x.navigate:
             return {}
-        return nav.prepare_guided_rows(policy, rows, self.x.old_logprobs, self.x.boost_clip_high,
-                                       micro_batch_tokens)
+        return nav.prepare_guided_rows(rows, logprobs_of, self.x.old_logprobs, self.x.boost_clip_high)
 
     # ---- after the update -----------------------------------------------------------------------------------
     def learn(self, trajs: list[Trajectory], step: int) -> dict[str, float]:

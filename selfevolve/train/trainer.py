@@ -286,7 +286,7 @@ class Trainer:
         upper clip of its guided rows."""
         prepared = {}
         if self.experience is not None and rows:
-            prepared = self.experience.prepare_rows(self.policy, rows, self.cfg.algo.micro_batch_tokens)
+            prepared = self.experience.prepare_rows(rows, self.objective.current_logprobs)
         return {**prepared, **self.objective.update(rows, trajs)}
 
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None, label: str | None = None

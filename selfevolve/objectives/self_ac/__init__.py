@@ -19,7 +19,7 @@ from selfevolve.objectives.credit import shape_and_filter
 from selfevolve.objectives.self_ac.critic import returns_minus_values
 from selfevolve.objectives.self_ac.shadow import (ShadowEpisode, build_shadow_episode, check_shadow_attention,
                                                  critic_prompt_ids, final_state_ids)
-from selfevolve.objectives.self_ac.update import episode_values, self_ac_update
+from selfevolve.objectives.self_ac.update import episode_logprobs, episode_values, self_ac_update
 from selfevolve.types import Trajectory
 
 
@@ -59,6 +59,11 @@ class SelfAcObjective:
                 episodes.append(self.episode(t, rewards=r, traj_index=index[id(t)]))
                 episodes[-1].label_credit = c
         return episodes, metrics
+
+    def current_logprobs(self, episodes: list[ShadowEpisode]) -> list[list[float]]:
+        """The actor's log-probs of the episodes' action tokens under the current weights (no gradients), one
+        list per episode: the same shadow forward as the update's, so a restated ratio starts at 1."""
+        return episode_logprobs(self.policy, episodes, self.cfg.algo.micro_batch_tokens)
 
     def update(self, episodes: list[ShadowEpisode], trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps over ``episodes``; then every trajectory of the step keeps V(s_0..s_n) (the value
