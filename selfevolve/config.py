@@ -80,9 +80,6 @@ class Config(_Section):
     @model_validator(mode="after")
     def _check_experience(self):
         x = self.experience
-        if x.enabled and self.rollout.search != "sample":
-            raise ValueError(f"experience.recall / experience.navigate work with rollout.search=sample, not "
-                             f"{self.rollout.search}")
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")

@@ -5,6 +5,8 @@ by hand and trained for a step or two on the tiny model (docs/configuration.md, 
   GiGPO's, PPO's GAE or Self-AC's R_k − V(s_k);
 - self-navigating with Self-AC: shadow episodes of the stripped prompts, their old log-probs restated by the shadow
   forward itself, the boost on guided episodes' actor clip;
+- trajectory search with experience (TSR with SEER recall and self-navigating): a search guided as a whole, every
+  expansion's prompt with the examples recalled from that node's own history, trained on the stripped twin.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import pytest
 import torch
 
 from selfevolve import Trainer
+from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.guidance import Guidance
 from selfevolve.build import build_policy, build_prompt
 from selfevolve.envs import ENVS, make_env
 from selfevolve.experience import navigation as nav
 from selfevolve.experience.embed import Embedder
-from selfevolve.experience.guide import Experience
+from selfevolve.experience.guide import Experience, seed_items
 from selfevolve.experience.pool import ExperiencePool, NewItem
 from selfevolve.objectives import make_objective, value_head_kind
 from selfevolve.objectives.self_ac.shadow import build_shadow_episode, collate_shadow
 from selfevolve.objectives.self_ac.update import self_ac_losses
 from selfevolve.rollout.runner import rollout
+from selfevolve.rollout.search import SearchSpec, search_rollouts
 from selfevolve.tasks.source import seed_tasks
 from selfevolve.algos.attribution import attribution_advantages, fuse_turn_advantages, label_returns
 from selfevolve.algos.gae import gae_advantages
@@ -238,3 +242,73 @@ def test_training_self_ac_with_navigation(tmp_path):
     trajs = _read(out / "trajectories.jsonl")
     assert sum(t["flags"].get("guided", False) for t in trajs) == 4
     assert all(len(t["flags"]["values"]) >= len(t["steps"]) for t in trajs)
+
+
+# ---- trajectory search x experience -------------------------------------------------------------------------------
+def _lake_experience(policy, overrides):
+    """An experience over FrozenLake (3x3) whose pool holds two expert episodes (SEER's examples) and two
+    insights (self-navigating's block)."""
+    cfg = load_config(overrides=[*TINY, *LAKE, "experience.seed_examples=0", *overrides])
+    exp = Experience(cfg, None, policy, ENVS["frozenlake"], {"size": 3}, "frozenlake")
+    exp.pool.add([*seed_items(ENVS["frozenlake"], {"size": 3}, 2, "frozenlake"), *INSIGHTS], step=0, origin="seed")
+    return cfg, exp
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    return build_policy(load_config(overrides=TINY))
+
+
+def _examples(exp, ids):
+    items = {it.id: it for it in exp.pool.items("trajectory")}
+    return tuple(tuple(tuple(turn) for turn in items[i].turns) for i in ids)
+
+
+@pytest.mark.parametrize("strategy", ["beam", "lookahead", "best_of_n"])
+def test_search_prompts_carry_the_recall_and_the_block(tiny_policy, strategy):
+    policy = tiny_policy
+    cfg, exp = _lake_experience(policy, ["experience.recall=seer", "experience.navigate=true"])
+    builder = build_prompt(cfg, policy, make_env(ENVS["frozenlake"], size=3))
+    spec = SearchSpec(strategy, n=2, m=2, beams=2, depth=1)
+    tasks = [t for t in seed_tasks("frozenlake", 2) for _ in range(2)]  # two searches a task, η = 0.5: one guided
+    guide = exp.guide(tasks, 2, training=True)
+    result = search_rollouts(policy, lambda: make_env(ENVS["frozenlake"], size=3), tasks, builder, spec,
+                             max_turns=3, generator=torch.Generator().manual_seed(0), guide=guide)
+    kept = result.trajectories
+    assert [t.guided for t in kept] == [True, False, True, False] and all(t.insights for t in kept[::2])
+    block = policy.tokenizer.encode(nav.BLOCK_TITLE, add_special_tokens=False)
+    insights = {it.id: (it.key_text, it.text) for it in exp.pool.items("insight")}
+    for t in kept:
+        # the episode replayed by hand: the twin without any block, the guided one with the insights' block; each
+        # turn shows the examples recalled for that step
+        block_text = nav.experience_block([insights[i] for i in t.insights]) if t.guided else ""
+        twin = EpisodeContext(builder, t.task.instruction, t.query, Guidance())
+        seen = EpisodeContext(builder, t.task.instruction, t.query, Guidance(block=block_text))
+        for step in t.steps:
+            assert len(step.info["recalled"]) == 2
+            for ctx in (twin, seen):
+                ctx.set_examples(_examples(exp, step.info["recalled"]))
+            assert step.prompt_ids == seen.prompt and _contains(step.prompt_ids, block) == t.guided
+            assert step.train_prompt_ids == (twin.prompt if t.guided else None)
+            for ctx in (twin, seen):
+                ctx.advance(step.action_ids, step.action_text, step.observation)
+    turns = max(len(t.steps) for t in kept)
+    if strategy == "lookahead":  # the continuations recalled too, before each of their turns
+        assert guide.turns > turns
+
+
+@pytest.mark.parametrize("search", [["rollout.search=beam", "search.m=2"], ["rollout.search=best_of_n", "search.n=2"]])
+def test_training_search_with_seer_and_navigation(tmp_path, search):
+    embedder = Embedder(load_config().experience.embedder)
+    pool = ExperiencePool(tmp_path / "pool.sqlite", embedder)
+    pool.add([*seed_items(ENVS["frozenlake"], {"size": 3}, 2, "frozenlake"), *INSIGHTS], step=0, origin="seed")
+    pool.close()
+    out = tmp_path / "run"
+    Trainer(load_config(overrides=[*TINY, *LAKE, *search, "train.steps=1", "experience.recall=seer",
+                                   "experience.navigate=true", "experience.llm_max_new_tokens=8",
+                                   f"experience.pool={tmp_path / 'pool.sqlite'}", f"train.out_dir={out}"])).train()
+    (m,) = [r for r in _read(out / "metrics.jsonl") if r["step"] == 1]
+    assert m["experience/guided_share"] == 0.5 and m["experience/recalled_per_turn"] == 2
+    assert m["experience/guided_tokens"] > 0 and m["search/compute_multiple"] > 1 and math.isfinite(m["grad_norm"])
+    trajs = _read(out / "trajectories.jsonl")
+    assert len(trajs) == 8 and all(t["flags"]["search"] for t in trajs)

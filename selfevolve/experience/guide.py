@@ -230,6 +230,11 @@ class RolloutGuide:
         self.seconds = 0.0  # time spent recalling (embedding + scoring)
         self.turns = 0
 
+    def each(self, n: int) -> "RolloutGuide":
+        """Every episode played ``n`` times, all with its guidance (best-of-N's candidates of one search)."""
+        self.guided = [g for g in self.guided for _ in range(n)]
+        return self
+
     def start(self, trajs: list[Trajectory], firsts: list[str], envs) -> list[Guidance]:
         x = self.exp.x
         for t, env in zip(trajs, envs):  # (the rollout has recorded each request as its query)

@@ -211,15 +211,20 @@ class Trainer:
         """Trajectory-search rollouts (``rollout.search``): each task still yields ``algo.group_size`` kept
         trajectories, from group_size searches (or group_size / beams with ``search.keep=all``)."""
         spec = self.search
-        rep = [t for t in tasks for _ in range(self.cfg.algo.group_size // spec.kept_per_search())]
+        searches = self.cfg.algo.group_size // spec.kept_per_search()  # per task
+        rep = [t for t in tasks for _ in range(searches)]
+        # experience guides searches as it guides sampled episodes (a search is guided or not as a whole)
+        guide = self.experience.guide(rep, searches, training=True) if self.experience is not None else None
         result = search_rollouts(
             self.policy, self.env_pool.maker(), rep, self.builder, spec,
             max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
             generator=self.generator, rng=self.rng,
-            critic_suffix=self.objective.value_suffix,
+            critic_suffix=self.objective.value_suffix, guide=guide,
         )
         self.search_trees = result.trees
         self.search_metrics = result.metrics()
+        if guide is not None and guide.turns:
+            self.search_metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
         return result.trajectories, result.stats
 
     def train_step(self) -> dict[str, float]:
