@@ -206,8 +206,8 @@ class RewardConfig(_Section):
     attribution: Literal["none", "llm", "oracle"] = Field(
         "none", description="Step-level credit by attribution (AgentEvolver's self-attributing, docs/attribution.md): "
         "every step labelled GOOD or BAD by an LLM reading the whole trajectory and its outcome (llm) or by the "
-        "environment's ground truth (oracle: frozenlake, sokoban, tool worlds), fused with the outcome advantage "
-        "(algo.name grpo or rloo). Settings in the attribution section.")
+        "environment's ground truth (oracle: frozenlake, sokoban, tool worlds), their suffix sums added to the "
+        "estimator's advantage (every algo.name). Settings in the attribution section.")
 
 
 class AttributionConfig(_Section):
