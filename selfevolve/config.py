@@ -121,13 +121,10 @@ class Config(_Section):
         # What the Ray workers cannot do yet is refused here, before anything starts (docs/scaling.md).
         if self.distributed.backend != "ray":
             return self
-        if self.rollout.search != "sample":
-            raise ValueError(f"distributed.backend=ray runs rollout.search=sample only, not {self.rollout.search} "
-                             f"(search draws from one shared stream across a step's episodes); use "
-                             f"distributed.backend=local for search")
         if self.experience.enabled:
             raise ValueError("distributed.backend=ray does not run experience.recall / experience.navigate yet: "
-                             "the experience pool (SQLite, embedder) lives in the driver; use "
+                             "the workers would need the step's pool (SEER recalls from it at every turn) and "
+                             "would have to send back their intent calls; not built yet. Use "
                              "distributed.backend=local")
         return self
 

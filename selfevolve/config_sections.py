@@ -483,7 +483,8 @@ class DistributedConfig(_Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="local: rollouts in the trainer's process; ray: on distributed.workers Ray actors, "
         "each with a policy replica and its share of the step's environments (whole groups); the driver keeps "
-        "the optimizer and pushes the adapter to the workers every step.")
+        "the optimizer and pushes the adapter to the workers every step. Searches (rollout.search) each draw "
+        "from their own stream there.")
     workers: int = Field(2, ge=1, description="ray: rollout workers (actors).")
     address: str | None = Field(None, description="ray: null starts a private local Ray; 'auto' joins the "
                                 "cluster of this machine (`ray start --head`); or a cluster address.")

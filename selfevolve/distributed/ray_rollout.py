@@ -24,10 +24,11 @@ import os
 import time
 from pathlib import Path
 
-from selfevolve.distributed.worker import RolloutWorker, base_fingerprint, lora_state
+from selfevolve.distributed.worker import RolloutWorker, base_fingerprint, lora_state, reads_values
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.rollout.collect import step_episodes
 from selfevolve.rollout.runner import RolloutStats
+from selfevolve.rollout.search import SearchResult, SearchStats
 
 log = logging.getLogger("selfevolve.distributed")
 
@@ -142,9 +143,9 @@ class RayRollouts:
         t0 = time.perf_counter()
         G = self.cfg.algo.group_size
         shares = split_groups(step_episodes(tasks, G, step), G, len(self.slots))
-        weights = self.ray.put(lora_state(policy))  # one copy in the object store, read by every worker
+        weights = self._weights(policy)
         put_s = time.perf_counter() - t0
-        results, restarts = self._run(shares, step, weights)
+        results, restarts = self._run(shares, step, weights, "rollout")
         # the shares are contiguous slices of the batch: in worker order, the trajectories are in batch order
         trajs = [t for k in sorted(results) for t in results[k][0]]
         stats = RolloutStats(seconds=time.perf_counter() - t0)
@@ -158,17 +159,51 @@ class RayRollouts:
             if t.policy_version != step:  # the workers check it too; a mismatch here would be a bug
                 raise SelfEvolveError(f"a trajectory of step {step} was sampled with weights version "
                                       f"{t.policy_version}")
+        return trajs, stats, self._step_metrics(shares, len(tasks), restarts, put_s)
+
+    def search(self, policy, tasks, step: int, spec, *, max_turns: int, generator=None, rng=None,
+               critic_suffix=()) -> tuple[SearchResult, dict]:
+        """``(search result, metrics)`` of the step's searches, split over the workers by whole task groups.
+        Each search is seeded by its position in the step (``rollout/collect.play_searches``): ``generator`` and
+        ``rng`` (the local backend's shared stream and tie-breaker) are not used."""
+        self.start(policy)
+        t0 = time.perf_counter()
+        per_task = self.cfg.algo.group_size // spec.kept_per_search()
+        shares = split_groups(step_episodes(tasks, per_task, step), per_task, len(self.slots))
+        weights = self._weights(policy)
+        put_s = time.perf_counter() - t0
+        results, restarts = self._run(shares, step, weights, "search", max_turns, list(critic_suffix))
+        trajs, trees, stats = [], [], SearchStats()
+        for k in sorted(results):  # contiguous shares: in worker order, everything is in batch order
+            part = results[k]
+            for t in part.trajectories:  # a kept trajectory names its tree by its index in the step's list
+                t.search = {**t.search, "tree": t.search["tree"] + len(trees)}
+            trajs += part.trajectories
+            trees += part.trees
+            for f in ("prompt_tokens", "new_tokens", "generate_calls", "candidates", "lookahead_tokens"):
+                setattr(stats, f, getattr(stats, f) + getattr(part.stats, f))
+        stats.seconds = time.perf_counter() - t0
+        if len(trajs) != len(tasks) * self.cfg.algo.group_size:
+            raise SelfEvolveError(f"the workers returned {len(trajs)} kept trajectories for "
+                                  f"{len(tasks) * self.cfg.algo.group_size}")
+        return SearchResult(trajs, trees, stats), self._step_metrics(shares, len(tasks), restarts, put_s)
+
+    def _weights(self, policy):
+        """The adapter, as one copy in the object store read by every worker (with the value head when the
+        workers' search reads values)."""
+        return self.ray.put(lora_state(policy, values=reads_values(self.cfg)))
+
+    def _step_metrics(self, shares: list[list], groups: int, restarts: int, put_s: float) -> dict:
         busy = sum(1 for s in shares if s)
         if busy < len(self.slots) and not self._warned_idle:
             self._warned_idle = True
-            self._warn(f"a step has {len(tasks)} groups for distributed.workers={len(self.slots)}: "
+            self._warn(f"a step has {groups} groups for distributed.workers={len(self.slots)}: "
                        f"{len(self.slots) - busy} workers stay idle (groups are never split)")
-        return trajs, stats, {"distributed/workers_busy": busy, "distributed/restarts": restarts,
-                              "distributed/put_s": put_s}
+        return {"distributed/workers_busy": busy, "distributed/restarts": restarts, "distributed/put_s": put_s}
 
-    def _run(self, shares: list[list], step: int, weights):
-        """Run every non-empty share on its worker; restart and re-run the ones whose worker dies or stalls.
-        Returns ``({slot index: (trajs, stats)}, restarts)``."""
+    def _run(self, shares: list[list], step: int, weights, method: str, *args):
+        """Run every non-empty share on its worker (``RolloutWorker.<method>(version, step, share, *args)``);
+        restart and re-run the ones whose worker dies or stalls. Returns ``({slot index: result}, restarts)``."""
         ray, d = self.ray, self.d
         pending: dict = {}  # object ref -> (slot index, deadline, the weights push before it or None)
         tries = [0] * len(self.slots)
@@ -179,7 +214,8 @@ class RayRollouts:
             push = None
             if slot.version != step:  # the rollout call runs after it on the same actor, and checks the version
                 push = slot.actor.load_weights.remote(step, weights)
-            ref = slot.actor.rollout.options(name=f"{slot.name}.rollout").remote(step, step, shares[k])
+            ref = getattr(slot.actor, method).options(name=f"{slot.name}.{method}").remote(step, step, shares[k],
+                                                                                          *args)
             pending[ref] = (k, time.monotonic() + d.rollout_timeout, push)
 
         for k, share in enumerate(shares):

@@ -28,11 +28,19 @@ def base_fingerprint(policy) -> float:
         return float(sum(p.detach().double().sum() for n, p in policy.model.named_parameters() if "lora_" not in n))
 
 
-def lora_state(policy) -> dict:
-    """What the driver pushes: the adapter's LoRA tensors (on the CPU), no value head (workers only sample)."""
+def lora_state(policy, values: bool = False) -> dict:
+    """What the driver pushes: the adapter's LoRA tensors (on the CPU); the value head's too with ``values``
+    (search's value scorer reads it on the workers), else none (the workers only sample)."""
     from selfevolve.models.policy import VALUE_PREFIX
 
-    return {k: v for k, v in policy.adapter_state().items() if not k.startswith(VALUE_PREFIX)}
+    return {k: v for k, v in policy.adapter_state().items() if values or not k.startswith(VALUE_PREFIX)}
+
+
+def reads_values(cfg) -> bool:
+    """Whether the workers of ``cfg`` read state values: search's value scorer does (rollout/search.py)."""
+    from selfevolve.rollout.search import SearchSpec
+
+    return SearchSpec.from_config(cfg).needs_value
 
 
 class RolloutWorker:
@@ -45,13 +53,16 @@ class RolloutWorker:
         from selfevolve.envs import make_env
         from selfevolve.build import build_policy, build_prompt
         from selfevolve.envs.pool import EnvPool
+        from selfevolve.objectives import value_head_kind
 
         self.name = name
         cfg = Config.model_validate(cfg_data)
         torch.set_num_threads(cfg.distributed.worker_cpus)  # the CPUs Ray reserved for it, no more
         torch.manual_seed(cfg.seed)
         self.cfg, self.env_cls, self.env_options = cfg, env_cls, env_options
-        self.policy = build_policy(cfg)  # no value head: the driver reads values in its update
+        # no value head unless search scores states by it: the driver reads values in its update
+        self.values = reads_values(cfg)
+        self.policy = build_policy(cfg, value_head=value_head_kind(cfg) if self.values else None)
         self.builder = build_prompt(cfg, self.policy, make_env(env_cls, **env_options))
         self.pool = EnvPool(env_cls, env_options)  # the episodes' environments, reused across calls
         self.version: int | None = None  # the version of the weights it holds; None until the first push
@@ -63,7 +74,7 @@ class RolloutWorker:
                 "fingerprint": base_fingerprint(self.policy)}
 
     def load_weights(self, version: int, state: dict) -> int:
-        self.policy.load_adapter_state(state, value_head="ignore")
+        self.policy.load_adapter_state(state, value_head="strict" if self.values else "ignore")
         self.version = version
         return version
 
@@ -81,6 +92,18 @@ class RolloutWorker:
         trajs = play_episodes(self.policy, self.builder, self.env_cls, self.env_options, episodes,
                               run_seed=self.cfg.seed, step=step, version=version, stats=stats, pool=self.pool)
         return trajs, stats
+
+    def search(self, version: int, step: int, jobs: list, max_turns: int, critic_suffix: list[int]):
+        """The search result of ``jobs`` (whole task groups of searches), sampled with weights ``version``;
+        each search seeded by its position in the step (``rollout/collect.play_searches``)."""
+        from selfevolve.rollout.collect import play_searches
+        from selfevolve.rollout.search import SearchSpec
+
+        if version != self.version:
+            raise StaleWeights(f"{self.name} holds weights version {self.version}, asked to search with {version}")
+        return play_searches(self.policy, self.builder, jobs, SearchSpec.from_config(self.cfg),
+                             run_seed=self.cfg.seed, step=step, version=version, max_turns=max_turns,
+                             critic_suffix=critic_suffix, pool=self.pool)
 
     def stall(self, seconds: float) -> None:
         """For tests: the next rollout call first sleeps ``seconds`` (a worker that hangs)."""

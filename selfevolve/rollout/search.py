@@ -241,8 +241,8 @@ class _Searcher:
         at one copy per candidate, not two), and a kept child re-encodes only its few action tokens next turn.
         """
         self.recall(parents, turn)  # (a prompt that changed is encoded afresh: its cache no longer extends)
-        _context_calls(self.policy, [p.context for p in parents if p.context.pending], self.greedy,
-                       self.generator, self.stats)
+        due = [p for p in parents if p.context.pending]
+        _context_calls(self.policy, [p.context for p in due], self.greedy, self.streams(due), self.stats)
         rows = [i for i in range(len(parents)) for _ in range(m)]
         kv = base = None
         if self.spec.reuse_cache and state is not None:
@@ -253,7 +253,8 @@ class _Searcher:
             self.stats.prompt_tokens += encoded
             kv = base.gather(rows)
         prompts = [parents[i].context.prompt for i in rows]
-        gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.generator, state=kv,
+        gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.streams([parents[i] for i in rows]),
+                                   state=kv,
                                    share_prefix=self.spec.share_prefix)
         del kv
         self.count(gen)
@@ -282,6 +283,13 @@ class _Searcher:
             gen.state = None  # the candidates' caches: not needed any more
             return children, base
         return children, gen.state if self.spec.reuse_cache else None
+
+    def streams(self, nodes: list[Node]):
+        """The random stream(s) of a generation over ``nodes``: the batch's one, or each node's search's own."""
+        return [self.generator[n.search] for n in nodes] if isinstance(self.generator, list) else self.generator
+
+    def tie_rng(self, search: int) -> random.Random:
+        return self.rng[search] if isinstance(self.rng, list) else self.rng
 
     def count(self, gen) -> None:
         self.stats.prompt_tokens += gen.prompt_tokens
@@ -378,7 +386,7 @@ class _Searcher:
             for c in children:
                 by_search.setdefault(c.search, []).append(c)
             for s, kids in by_search.items():
-                beams[s] = top([n for n in beams[s] if n.done] + kids, spec.beams, self.rng)
+                beams[s] = top([n for n in beams[s] if n.done] + kids, spec.beams, self.tie_rng(s))
             for b in beams:
                 for n in b:
                     self.records[n.id].setdefault("beam_turns", []).append(turn + 1)
@@ -386,7 +394,7 @@ class _Searcher:
             state = state.gather([n.row for n in live]) if state is not None and live else None
             for r, n in enumerate(live):
                 n.row = r
-        return [top(b, len(b), self.rng) for b in beams]
+        return [top(b, len(b), self.tie_rng(s)) for s, b in enumerate(beams)]
 
 
 
@@ -399,8 +407,8 @@ def search_rollouts(
     *,
     max_turns: int,
     group_ids: list[str] | None = None,
-    generator: Stream | None = None,
-    rng: random.Random | None = None,
+    generator: Stream | list[Stream] | None = None,
+    rng: random.Random | list[random.Random] | None = None,
     critic_suffix: list[int] | None = None,
     greedy: bool = False,
     guide=None,
@@ -412,8 +420,11 @@ def search_rollouts(
     ``critic_suffix``: the ids appended to a state before its value is read (Self-AC's critic prompt; empty for
     PPO's head). ``rng`` breaks score ties. ``greedy`` decodes greedily (tests: every candidate is the same).
     ``guide``: the experience's hook for the batch of searches (``Experience.guide`` over ``tasks``), or None.
+    ``generator`` and ``rng``: one random stream and tie-breaking RNG for the whole batch, or a list with one of
+    each per search (a search's samples and ties then depend on that search alone, whatever batch it is played
+    in: Ray workers, ``rollout/collect.py``).
     """
-    rng = rng or random.Random(0)
+    rng = rng if rng is not None else random.Random(0)
     t0 = time.perf_counter()
     gid = (lambda i: group_ids[i]) if group_ids else (lambda i: tasks[i].id)
     if spec.needs_value and spec.name not in ("beam", "lookahead"):
@@ -462,7 +473,9 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
     envs = [make_env() for _ in range(n * len(tasks))]
     stats = SearchStats()
     rep = [t for t in tasks for _ in range(n)]
-    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, generator=generator, stats=stats,
+    per_search = isinstance(generator, list)  # each search's N candidates draw from its stream
+    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, stats=stats,
+                    generator=[g for g in generator for _ in range(n)] if per_search else generator,
                     reuse_cache=spec.reuse_cache, greedy=greedy, guide=guide.each(n) if guide is not None else None)
     stats.candidates = sum(len(t.steps) for t in trajs)
     kept, trees = [], []
@@ -474,7 +487,7 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
                         failed=bool(t.steps) and not info.get("truncated", False) and not t.success)
             node.score = score(node, spec)
             nodes.append(node)
-        best = top(nodes, 1, rng)[0]
+        best = top(nodes, 1, rng[s] if isinstance(rng, list) else rng)[0]
         t = group[best.id]
         t.group_id = gid(s)
         t.search = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),

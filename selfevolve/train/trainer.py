@@ -49,7 +49,7 @@ from selfevolve.objectives.samples import build_rows
 from selfevolve.objectives.update import NonFinite, ppo_update
 from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.rollout.runner import RolloutStats
-from selfevolve.rollout.search import SearchSpec, search_rollouts
+from selfevolve.rollout.search import SearchSpec
 from selfevolve.tasks.source import make_task_source
 from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, load_init_adapter, refusing,
                                         remove_partial_writes, save_checkpoint)
@@ -208,23 +208,14 @@ class Trainer:
         return trajs, stats
 
     def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
-        """Trajectory-search rollouts (``rollout.search``): each task still yields ``algo.group_size`` kept
-        trajectories, from group_size searches (or group_size / beams with ``search.keep=all``)."""
-        spec = self.search
-        searches = self.cfg.algo.group_size // spec.kept_per_search()  # per task
-        rep = [t for t in tasks for _ in range(searches)]
-        # experience guides searches as it guides sampled episodes (a search is guided or not as a whole)
-        guide = self.experience.guide(rep, searches, training=True) if self.experience is not None else None
-        result = search_rollouts(
-            self.policy, self.env_pool.maker(), rep, self.builder, spec,
-            max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
-            generator=self.generator, rng=self.rng,
-            critic_suffix=self.objective.value_suffix, guide=guide,
+        """Trajectory-search rollouts (``rollout.search``) through the configured backend (rollout/collect.py):
+        each task still yields ``algo.group_size`` kept trajectories."""
+        result, metrics = self.rollouts.search(
+            self.policy, tasks, self.step, self.search, max_turns=self.probe_env.max_turns,
+            generator=self.generator, rng=self.rng, critic_suffix=self.objective.value_suffix,
         )
         self.search_trees = result.trees
-        self.search_metrics = result.metrics()
-        if guide is not None and guide.turns:
-            self.search_metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
+        self.search_metrics = {**result.metrics(), **metrics}
         return result.trajectories, result.stats
 
     def train_step(self) -> dict[str, float]:
