@@ -116,18 +116,6 @@ class Config(_Section):
             raise ValueError("search.scorer=weighted: at least one of w_reward, w_progress, w_value must be > 0")
         return self
 
-    @model_validator(mode="after")
-    def _check_distributed(self):
-        # What the Ray workers cannot do yet is refused here, before anything starts (docs/scaling.md).
-        if self.distributed.backend != "ray":
-            return self
-        if self.experience.enabled:
-            raise ValueError("distributed.backend=ray does not run experience.recall / experience.navigate yet: "
-                             "the workers would need the step's pool (SEER recalls from it at every turn) and "
-                             "would have to send back their intent calls; not built yet. Use "
-                             "distributed.backend=local")
-        return self
-
 
 def _fmt_loc(loc) -> str:
     return ".".join(str(p) for p in loc)

@@ -6,7 +6,9 @@ by hand and trained for a step or two on the tiny model (docs/configuration.md, 
 - self-navigating with Self-AC: shadow episodes of the stripped prompts, their old log-probs restated by the shadow
   forward itself, the boost on guided episodes' actor clip;
 - trajectory search with experience (TSR with SEER recall and self-navigating): a search guided as a whole, every
-  expansion's prompt with the examples recalled from that node's own history, trained on the stripped twin.
+  expansion's prompt with the examples recalled from that node's own history, trained on the stripped twin;
+- experience on a Ray worker (the worker class in this process): recall from the driver's pool, intents classified
+  there, the calls sent back. Search and experience on real Ray workers: tests/test_ray.py.
 """
 
 from __future__ import annotations
@@ -312,3 +314,33 @@ def test_training_search_with_seer_and_navigation(tmp_path, search):
     assert m["experience/guided_tokens"] > 0 and m["search/compute_multiple"] > 1 and math.isfinite(m["grad_norm"])
     trajs = _read(out / "trajectories.jsonl")
     assert len(trajs) == 8 and all(t["flags"]["search"] for t in trajs)
+
+
+# ---- experience on a Ray worker (the worker class itself, in this process) ----------------------------------------
+def test_a_rollout_worker_guides_from_the_drivers_pool_and_returns_its_intent_calls(tmp_path):
+    """What a Ray worker does with experience.*, without Ray: recall from the driver's pool (sent as bytes) with the
+    driver's recall seed, classify intents with its own replica, and hand the LLM calls back. A local step of the
+    same run samples the same episodes and writes the same calls."""
+    from selfevolve.distributed.worker import RolloutWorker, lora_state
+    from selfevolve.rollout.collect import step_episodes
+
+    cfg = load_config(overrides=[*TINY, "env.name=shop", "env.max_turns=2", "train.tasks_per_step=1",
+                                 "algo.group_size=2", "experience.recall=seer", "experience.seed_examples=2",
+                                 f"train.out_dir={tmp_path / 'local'}"])
+    local = Trainer(cfg)
+    pool = local.experience.pool.to_bytes()  # the pool as the step starts
+    seed = random.Random(f"experience-{cfg.seed}").randrange(2**31)  # the run's first recall seed
+    cursor = local.tasks.cursor
+    a, _ = local.collect()
+    local_calls = (tmp_path / "local" / "llm_calls.jsonl").read_text().splitlines()
+    worker = RolloutWorker("w0", cfg.model_dump(mode="json"), local.env_cls, local.env_options)
+    worker.load_weights(0, lora_state(local.policy))
+    local.tasks.cursor = cursor
+    trajs, _, back = worker.rollout(0, 0, step_episodes(local.tasks.next(1), 2, 0), pool=pool, seed=seed,
+                                    llm_step=local.experience.llm.step)
+    assert [[s.action_ids for s in t.steps] for t in trajs] == [[s.action_ids for s in t.steps] for t in a]
+    assert [[s.info["recalled"] for s in t.steps] for t in trajs] == [[s.info["recalled"] for s in t.steps] for t in a]
+    assert [t.intent for t in trajs] == [t.intent for t in a] and all(t.classified for t in trajs)
+    assert [json.loads(x) for x in back["llm_calls"]] == [json.loads(x) for x in local_calls]
+    assert {json.loads(x)["purpose"] for x in back["llm_calls"]} == {"intent"} and back["recall_turns"] > 0
+    local.close()

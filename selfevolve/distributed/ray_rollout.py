@@ -59,8 +59,10 @@ class _Slot:
 
 
 class RayRollouts:
-    def __init__(self, cfg, env_cls, env_options: dict, console=None):
+    def __init__(self, cfg, env_cls, env_options: dict, console=None, experience=None):
+        """``experience``: the run's (``experience.*``), whose pool the workers are sent each step."""
         self.ray = _ray()
+        self.experience = experience
         self.cfg, self.d = cfg, cfg.distributed
         self.env_cls, self.env_options = env_cls, env_options
         self.console = console
@@ -144,12 +146,13 @@ class RayRollouts:
         G = self.cfg.algo.group_size
         shares = split_groups(step_episodes(tasks, G, step), G, len(self.slots))
         weights = self._weights(policy)
+        guide = self._experience_args(tasks, G)
         put_s = time.perf_counter() - t0
-        results, restarts = self._run(shares, step, weights, "rollout")
+        results, restarts = self._run(shares, step, weights, "rollout", *guide)
         # the shares are contiguous slices of the batch: in worker order, the trajectories are in batch order
         trajs = [t for k in sorted(results) for t in results[k][0]]
         stats = RolloutStats(seconds=time.perf_counter() - t0)
-        for _, st in results.values():
+        for _, st, _ in results.values():
             stats.prompt_tokens += st.prompt_tokens
             stats.new_tokens += st.new_tokens
             stats.generate_calls += st.generate_calls
@@ -159,7 +162,32 @@ class RayRollouts:
             if t.policy_version != step:  # the workers check it too; a mismatch here would be a bug
                 raise SelfEvolveError(f"a trajectory of step {step} was sampled with weights version "
                                       f"{t.policy_version}")
-        return trajs, stats, self._step_metrics(shares, len(tasks), restarts, put_s)
+        metrics = self._step_metrics(shares, len(tasks), restarts, put_s)
+        if guide:
+            metrics.update(self._experience_back([results[k][2] for k in sorted(results)]))
+        return trajs, stats, metrics
+
+    def _experience_args(self, tasks, group_size: int) -> tuple:
+        """What the workers need to guide their episodes (``RolloutWorker.rollout``): the pool as it is now (one
+        copy in the object store), the recall's shuffle seed — drawn here, from the run's experience RNG, as a
+        local step draws it — and the step the LLM calls belong to. Empty without ``experience.*``."""
+        if self.experience is None:
+            return ()
+        exp = self.experience
+        batch = [t for t in tasks for _ in range(group_size)]
+        seed = exp.guide(batch, group_size, training=True).seed  # (the guided flags are the workers' to compute)
+        return self.ray.put(exp.pool.to_bytes()), seed, exp.llm.step
+
+    def _experience_back(self, parts: list[dict]) -> dict:
+        """The workers' LLM calls appended to the run's log, in batch order; the recall's cost per turn."""
+        calls = [line for p in parts for line in p["llm_calls"]]
+        if calls:
+            with (Path(self.cfg.train.out_dir) / "llm_calls.jsonl").open("a", encoding="utf-8") as f:
+                f.write("\n".join(calls) + "\n")
+        seconds, turns = sum(p["recall_seconds"] for p in parts), sum(p["recall_turns"] for p in parts)
+        self.experience.recall_seconds += seconds
+        self.experience.recall_turns += turns
+        return {"experience/recall_s_per_turn": seconds / turns} if turns else {}
 
     def search(self, policy, tasks, step: int, spec, *, max_turns: int, generator=None, rng=None,
                critic_suffix=()) -> tuple[SearchResult, dict]:
@@ -171,11 +199,12 @@ class RayRollouts:
         per_task = self.cfg.algo.group_size // spec.kept_per_search()
         shares = split_groups(step_episodes(tasks, per_task, step), per_task, len(self.slots))
         weights = self._weights(policy)
+        guide = self._experience_args(tasks, per_task)
         put_s = time.perf_counter() - t0
-        results, restarts = self._run(shares, step, weights, "search", max_turns, list(critic_suffix))
+        results, restarts = self._run(shares, step, weights, "search", max_turns, list(critic_suffix), *guide)
         trajs, trees, stats = [], [], SearchStats()
         for k in sorted(results):  # contiguous shares: in worker order, everything is in batch order
-            part = results[k]
+            part = results[k][0]
             for t in part.trajectories:  # a kept trajectory names its tree by its index in the step's list
                 t.search = {**t.search, "tree": t.search["tree"] + len(trees)}
             trajs += part.trajectories
@@ -186,7 +215,10 @@ class RayRollouts:
         if len(trajs) != len(tasks) * self.cfg.algo.group_size:
             raise SelfEvolveError(f"the workers returned {len(trajs)} kept trajectories for "
                                   f"{len(tasks) * self.cfg.algo.group_size}")
-        return SearchResult(trajs, trees, stats), self._step_metrics(shares, len(tasks), restarts, put_s)
+        metrics = self._step_metrics(shares, len(tasks), restarts, put_s)
+        if guide:
+            metrics.update(self._experience_back([results[k][1] for k in sorted(results)]))
+        return SearchResult(trajs, trees, stats), metrics
 
     def _weights(self, policy):
         """The adapter, as one copy in the object store read by every worker (with the value head when the

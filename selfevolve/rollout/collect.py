@@ -66,14 +66,14 @@ def play_episodes(policy, builder, env_cls, env_options: dict, episodes: list[Ep
 
 
 def play_searches(policy, builder, jobs: list[Episode], spec, *, run_seed: int, step: int, version: int,
-                  max_turns: int, critic_suffix: list[int], pool: EnvPool) -> SearchResult:
+                  max_turns: int, critic_suffix: list[int], pool: EnvPool, guide=None) -> SearchResult:
     """Run one search per job, each with its own random stream and tie-breaking RNG seeded from its position in
     the step (as an episode's, ``rollout/seeding.py``): a search's result depends on the search alone. The kept
     trajectories are stamped with the policy ``version``."""
     seeds = [episode_seed(run_seed, step, e.index, e.task.id) for e in jobs]
     result = search_rollouts(policy, pool.maker(), [e.task for e in jobs], builder, spec, max_turns=max_turns,
                              group_ids=[e.group_id for e in jobs], generator=[policy.stream(x) for x in seeds],
-                             rng=[random.Random(x) for x in seeds], critic_suffix=critic_suffix)
+                             rng=[random.Random(x) for x in seeds], critic_suffix=critic_suffix, guide=guide)
     for t in result.trajectories:
         t.policy_version = version
     return result
