@@ -8,7 +8,7 @@ Features
   GAE), Self-AC (actor and critic from one shadow-prompt forward); optional SELAUR reward shaping and instance
   filtering;
 - optional step attribution (AgentEvolver's self-attributing): steps judged GOOD/BAD by an LLM or an oracle,
-  fused with the GRPO/RLOO outcome advantage (``selfevolve/rewards/attribution.py``);
+  their suffix sums added to the estimator's advantage (``selfevolve/rewards/attribution.py``);
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
 - held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
 - checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
