@@ -77,8 +77,12 @@ def run_job(name: str, overrides: list[str], run: Path, steps: int, threads: int
     return dt
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(methods: dict | None = None, label: str = "credit", description: str | None = None, **defaults) -> None:
+    """The benchmark over ``methods`` (default: :data:`METHODS`); ``defaults`` replace the options' defaults
+    (another benchmark's grid: ``bench_combined.py``)."""
+    global METHODS
+    METHODS = methods or METHODS
+    ap = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     ap.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
@@ -94,6 +98,7 @@ def main() -> None:
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_credit"))
     ap.add_argument("--plot", type=Path, default=None, help="write the eval curves here (PNG)")
+    ap.set_defaults(**defaults)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out / "logs"
@@ -137,7 +142,7 @@ def main() -> None:
         plot(summary, args.plot)
     finals = "; ".join(f"{env}/{m} {s['final_mean']:.3f}±{s['final_std']:.3f}"
                        for env, ms in summary["results"].items() for m, s in ms.items())
-    print(f"SUMMARY credit benchmark ({len(args.seeds)} seeds, {args.steps} updates, {args.episodes} eval eps): {finals}")
+    print(f"SUMMARY {label} benchmark ({len(args.seeds)} seeds, {args.steps} updates, {args.episodes} eval eps): {finals}")
 
 
 def summarise(args, walls: dict[str, float]) -> dict:

@@ -80,12 +80,6 @@ class Config(_Section):
     @model_validator(mode="after")
     def _check_experience(self):
         x = self.experience
-        if x.enabled and self.rollout.search != "sample":
-            raise ValueError(f"experience.recall / experience.navigate work with rollout.search=sample, not "
-                             f"{self.rollout.search}")
-        if x.navigate and self.algo.name == "self_ac":
-            raise ValueError("experience.navigate strips the insight block from token rows: it works with "
-                             "algo.name grpo, rloo, gigpo or ppo, not self_ac")
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")
@@ -101,13 +95,6 @@ class Config(_Section):
                 raise ValueError(f"{key}={backend!r}: name the served model, e.g. openai:my-run")
             if backend.startswith("openai:") and not self.llm_api.base_url:
                 raise ValueError(f"{key}={backend!r} needs llm_api.base_url (e.g. http://127.0.0.1:8000/v1)")
-        return self
-
-    @model_validator(mode="after")
-    def _check_attribution(self):
-        if self.reward.attribution != "none" and self.algo.name not in ("grpo", "rloo"):
-            raise ValueError(f"reward.attribution={self.reward.attribution} fuses step labels with an episode-level "
-                             f"advantage: it works with algo.name grpo or rloo, not {self.algo.name}")
         return self
 
     @model_validator(mode="after")
@@ -127,21 +114,6 @@ class Config(_Section):
                              f"not {self.algo.name}")
         if s.scorer == "weighted" and s.w_reward + s.w_progress + s.w_value <= 0:
             raise ValueError("search.scorer=weighted: at least one of w_reward, w_progress, w_value must be > 0")
-        return self
-
-    @model_validator(mode="after")
-    def _check_distributed(self):
-        # What the Ray workers cannot do yet is refused here, before anything starts (docs/scaling.md).
-        if self.distributed.backend != "ray":
-            return self
-        if self.rollout.search != "sample":
-            raise ValueError(f"distributed.backend=ray runs rollout.search=sample only, not {self.rollout.search} "
-                             f"(search draws from one shared stream across a step's episodes); use "
-                             f"distributed.backend=local for search")
-        if self.experience.enabled:
-            raise ValueError("distributed.backend=ray does not run experience.recall / experience.navigate yet: "
-                             "the experience pool (SQLite, embedder) lives in the driver; use "
-                             "distributed.backend=local")
         return self
 
 

@@ -207,8 +207,8 @@ class RewardConfig(_Section):
     attribution: Literal["none", "llm", "oracle"] = Field(
         "none", description="Step-level credit by attribution (AgentEvolver's self-attributing, docs/attribution.md): "
         "every step labelled GOOD or BAD by an LLM reading the whole trajectory and its outcome (llm) or by the "
-        "environment's ground truth (oracle: frozenlake, sokoban, tool worlds), fused with the outcome advantage "
-        "(algo.name grpo or rloo). Settings in the attribution section.")
+        "environment's ground truth (oracle: frozenlake, sokoban, tool worlds), their suffix sums added to the "
+        "estimator's advantage (every algo.name). Settings in the attribution section.")
 
 
 class AttributionConfig(_Section):
@@ -488,7 +488,8 @@ class DistributedConfig(_Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="local: rollouts in the trainer's process; ray: on distributed.workers Ray actors, "
         "each with a policy replica and its share of the step's environments (whole groups); the driver keeps "
-        "the optimizer and pushes the adapter to the workers every step.")
+        "the optimizer and pushes the adapter to the workers every step. Searches (rollout.search) each draw "
+        "from their own stream there.")
     workers: int = Field(2, ge=1, description="ray: rollout workers (actors).")
     address: str | None = Field(None, description="ray: null starts a private local Ray; 'auto' joins the "
                                 "cluster of this machine (`ray start --head`); or a cluster address.")

@@ -16,6 +16,8 @@ import torch
 
 from selfevolve.config import load_config
 from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.envs.pool import EnvPool
+from selfevolve.rollout.collect import play_searches, step_episodes
 from selfevolve.train.trainer import Trainer
 from conftest import invoke
 
@@ -151,11 +153,7 @@ def test_more_workers_than_cpus_is_refused(ray_session, tmp_path):
     tr.close()
 
 
-def test_what_ray_does_not_run_is_refused_by_name():
-    with pytest.raises(ConfigError, match="distributed.backend=ray runs rollout.search=sample only, not beam"):
-        load_config(overrides=[*RAY, "rollout.search=beam"])
-    with pytest.raises(ConfigError, match="experience.recall / experience.navigate"):
-        load_config(overrides=[*RAY, "experience.recall=seer"])
+def test_an_unknown_backend_is_refused_by_name():
     with pytest.raises(ConfigError, match="distributed.backend: Input should be 'local' or 'ray'"):
         load_config(overrides=["distributed.backend=spark"])
 
@@ -167,3 +165,71 @@ def test_cli_trains_self_ac_on_ray_workers(ray_trainer, tmp_path):
                             f"train.out_dir={tmp_path / 'cli'}")
     assert code == 0, (err, out)
     assert (tmp_path / "cli" / "checkpoints" / "step-2").is_dir()
+
+
+def test_search_on_two_workers_equals_the_searches_played_in_one_batch(ray_trainer, tmp_path):
+    """Beam search on Ray, scored with the value head (pushed with the adapter): each search draws from its own
+    stream, so the 2 workers' shares give the searches of one batch played in this process; then a tiny run."""
+    ray_trainer.close()  # its workers hold both CPUs of this Ray
+    tr = _trainer(tmp_path, "beam", [*RAY, "rollout.search=beam", "search.m=2", "search.beams=2", "algo.name=ppo",
+                                     "search.scorer=weighted", "search.w_value=0.5", "train.steps=1"])
+    _perturb(tr.policy, seed=3)
+    with torch.no_grad():  # a head that reads something (it starts at V = 0)
+        for p in tr.policy.value_head.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(4)) * 0.1)
+    tasks = tr.tasks.next(3)
+    result, metrics = tr.rollouts.search(tr.policy, tasks, 0, tr.search, max_turns=3, critic_suffix=[])
+    assert metrics["distributed/workers_busy"] == 2 and len(result.trajectories) == 6 and len(result.trees) == 6
+    ref = play_searches(tr.policy, tr.builder, step_episodes(tasks, 2, 0), tr.search, run_seed=tr.cfg.seed, step=0,
+                        version=0, max_turns=3, critic_suffix=[], pool=EnvPool(tr.env_cls, tr.env_options))
+    _same(result.trajectories, ref.trajectories)
+    assert [t.search["tree"] for t in result.trajectories] == list(range(6))  # trees numbered across the shares
+    for a, b in zip(result.trees, ref.trees):
+        assert [n["action"] for n in a["nodes"]] == [n["action"] for n in b["nodes"]]
+        assert [n.get("value") for n in a["nodes"]] == pytest.approx([n.get("value") for n in b["nodes"]], abs=1e-4)
+    assert any(n.get("value") for t in result.trees for n in t["nodes"])  # the workers read the pushed head
+    assert result.stats.candidates == ref.stats.candidates and result.stats.new_tokens == ref.stats.new_tokens
+    final = tr.train()  # one step of the run on the workers
+    assert final["search/compute_multiple"] > 1 and final["distributed/workers_busy"] == 2
+    tr.close()
+
+
+def _pool_file(path):
+    """A pool with two expert FrozenLake episodes (SEER's examples) and two insights (self-navigating's block)."""
+    from selfevolve.envs import ENVS
+    from selfevolve.experience.embed import Embedder
+    from selfevolve.experience.guide import seed_items
+    from selfevolve.experience.pool import ExperiencePool, NewItem
+
+    pool = ExperiencePool(path, Embedder(load_config().experience.embedder))
+    pool.add([*seed_items(ENVS["frozenlake"], {}, 2, "frozenlake"),
+              NewItem(kind="insight", text="Move towards the goal and away from holes.", key_text="a frozen lake"),
+              NewItem(kind="insight", text="Never walk into the edge of the map.", key_text="moving on a grid")],
+             step=0, origin="seed")
+    pool.close()
+    return path
+
+
+def test_experience_on_two_workers_equals_local(ray_trainer, tmp_path):
+    """SEER recall and self-navigating on the workers: the driver sends its pool and the recall's seed; the step's
+    episodes are the local backend's (one example recalled, so no shuffle order to differ). Then search on the
+    workers, guided the same way, for a tiny run."""
+    ray_trainer.close()  # its workers hold both CPUs of this Ray
+    pool = _pool_file(tmp_path / "pool.sqlite")
+    extra = ["experience.recall=seer", "experience.k=1", "experience.navigate=true", f"experience.pool={pool}",
+             "experience.llm_max_new_tokens=8", "train.steps=1"]
+    local, remote = _trainer(tmp_path, "local", extra), _trainer(tmp_path, "remote", [*RAY, *extra])
+    a, _ = local.collect()
+    b, _ = remote.collect()
+    _same(a, b)
+    assert [t.guided for t in b] == [t.guided for t in a] == [True, False] * 3
+    assert [[s.info["recalled"] for s in t.steps] for t in b] == [[s.info["recalled"] for s in t.steps] for t in a]
+    assert [[s.train_prompt_ids for s in t.steps] for t in b] == [[s.train_prompt_ids for s in t.steps] for t in a]
+    assert remote.search_metrics["experience/recall_s_per_turn"] > 0
+    local.close()
+    remote.close()
+    searched = _trainer(tmp_path, "beam", [*RAY, *extra, "rollout.search=beam", "search.m=2",
+                                           "train.log_trajectories=true"])
+    final = searched.train()
+    assert final["experience/guided_share"] == 0.5 and final["experience/recalled_per_turn"] == 1
+    assert final["search/compute_multiple"] > 1 and final["distributed/workers_busy"] == 2

@@ -13,6 +13,11 @@ RLOO's leave-one-out difference — the estimator the run names).
 - eq. (2) fusion: r̂_{i,t} = α·r̃_{i,t} + 1[t = T_i]·R̃_i
 - eq. (3) advantage: A_{i,t} = Σ_{k ≥ t} r̂_{i,k}  (undiscounted suffix sum), broadcast to step t's tokens.
 
+Since the outcome term sits on the last step, which every suffix holds, (2)–(3) read A_{i,t} = R̃_i + α·Σ_{k≥t} r̃_{i,k}:
+the outcome advantage plus the labels' suffix sum. An estimator whose advantage is already per turn (GiGPO's
+A^E + ω·A^S, PPO's GAE, Self-AC's R_k − V(s_k)) takes the same form with its own A_{i,t} in place of R̃_i
+(:func:`fuse_turn_advantages`); for GRPO and RLOO, whose A_{i,t} = R̃_i on every turn, it is (2)–(3) exactly.
+
 Why each trajectory weighs 1/n in (1), whatever its length: pooled over steps, one long looping trajectory of
 BAD steps would set the group's mean by itself. μ_G is the mean of the trajectory means in both the seed's
 wording ("first the mean attribution of each trajectory, then mean and std over those") and AgentEvolver's code
@@ -74,6 +79,30 @@ def suffix_sums(rewards: Tensor, mask: Tensor) -> Tensor:
     """A of eq. (3): A_t = Σ_{k≥t} r̂_k within each row (no discount); padding stays 0."""
     r = rewards.to(torch.float64) * mask.to(torch.float64)
     return r.flip(1).cumsum(1).flip(1) * mask.to(torch.float64)
+
+
+def label_returns(labels: Tensor, mask: Tensor, group_ids, alpha: float, eps: float = 1e-6) -> Tensor:
+    """α·Σ_{k≥t} r̃_{i,k} [N, T]: the labels' part of the attributed advantage (eqs. 1 and 3 without the outcome),
+    what an estimator that computes its advantage inside its own update adds to it (Self-AC)."""
+    return suffix_sums(alpha * group_zscore_steps(labels, mask, group_ids, eps) * mask.to(torch.float64), mask)
+
+
+def fuse_turn_advantages(labels: Tensor, mask: Tensor, base: Tensor, group_ids, alpha: float = 0.2,
+                         eps: float = 1e-6) -> Tensor:
+    """Attribution fused with a per-turn advantage ``base`` [N, T] (any estimator's A_{i,t}):
+
+        A'_{i,t} = A_{i,t} + α·Σ_{k≥t} r̃_{i,k}
+
+    computed as eqs. (2)–(3) with the base's increments in the outcome's place,
+    r̂_{i,t} = α·r̃_{i,t} + (A_{i,t} − A_{i,t+1}) (A beyond the last step = 0), whose suffix sums telescope to
+    A'_{i,t}. For an episode-level base (A_{i,t} = R̃_i on every turn: GRPO, RLOO) the increments are 0 but
+    R̃_i on the last step, so r̂ is eq. (2)'s and the result :func:`attribution_advantages`' to the last bit."""
+    m = mask.to(torch.float64)
+    a = base.to(torch.float64) * m
+    following = torch.zeros_like(a)
+    following[:, :-1] = a[:, 1:]
+    fused = alpha * group_zscore_steps(labels, mask, group_ids, eps).to(torch.float64) * m + (a - following) * m
+    return suffix_sums(fused, mask)
 
 
 def attribution_advantages(labels: Tensor, mask: Tensor, outcome: Tensor, group_ids, alpha: float = 0.2,

@@ -18,5 +18,5 @@ def make_rollouts(cfg, env_cls, env_options: dict, builder, experience=None, con
     if cfg.distributed.backend == "ray":
         from selfevolve.distributed.ray_rollout import RayRollouts
 
-        return RayRollouts(cfg, env_cls, env_options, console=console)
+        return RayRollouts(cfg, env_cls, env_options, console=console, experience=experience)
     return LocalRollouts(cfg, env_cls, env_options, builder, experience, pool=pool)

@@ -24,10 +24,11 @@ import os
 import time
 from pathlib import Path
 
-from selfevolve.distributed.worker import RolloutWorker, base_fingerprint, lora_state
+from selfevolve.distributed.worker import RolloutWorker, base_fingerprint, lora_state, reads_values
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.rollout.collect import step_episodes
 from selfevolve.rollout.runner import RolloutStats
+from selfevolve.rollout.search import SearchResult, SearchStats
 
 log = logging.getLogger("selfevolve.distributed")
 
@@ -58,8 +59,10 @@ class _Slot:
 
 
 class RayRollouts:
-    def __init__(self, cfg, env_cls, env_options: dict, console=None):
+    def __init__(self, cfg, env_cls, env_options: dict, console=None, experience=None):
+        """``experience``: the run's (``experience.*``), whose pool the workers are sent each step."""
         self.ray = _ray()
+        self.experience = experience
         self.cfg, self.d = cfg, cfg.distributed
         self.env_cls, self.env_options = env_cls, env_options
         self.console = console
@@ -142,13 +145,14 @@ class RayRollouts:
         t0 = time.perf_counter()
         G = self.cfg.algo.group_size
         shares = split_groups(step_episodes(tasks, G, step), G, len(self.slots))
-        weights = self.ray.put(lora_state(policy))  # one copy in the object store, read by every worker
+        weights = self._weights(policy)
+        guide = self._experience_args(tasks, G)
         put_s = time.perf_counter() - t0
-        results, restarts = self._run(shares, step, weights)
+        results, restarts = self._run(shares, step, weights, "rollout", *guide)
         # the shares are contiguous slices of the batch: in worker order, the trajectories are in batch order
         trajs = [t for k in sorted(results) for t in results[k][0]]
         stats = RolloutStats(seconds=time.perf_counter() - t0)
-        for _, st in results.values():
+        for _, st, _ in results.values():
             stats.prompt_tokens += st.prompt_tokens
             stats.new_tokens += st.new_tokens
             stats.generate_calls += st.generate_calls
@@ -158,17 +162,80 @@ class RayRollouts:
             if t.policy_version != step:  # the workers check it too; a mismatch here would be a bug
                 raise SelfEvolveError(f"a trajectory of step {step} was sampled with weights version "
                                       f"{t.policy_version}")
+        metrics = self._step_metrics(shares, len(tasks), restarts, put_s)
+        if guide:
+            metrics.update(self._experience_back([results[k][2] for k in sorted(results)]))
+        return trajs, stats, metrics
+
+    def _experience_args(self, tasks, group_size: int) -> tuple:
+        """What the workers need to guide their episodes (``RolloutWorker.rollout``): the pool as it is now (one
+        copy in the object store), the recall's shuffle seed — drawn here, from the run's experience RNG, as a
+        local step draws it — and the step the LLM calls belong to. Empty without ``experience.*``."""
+        if self.experience is None:
+            return ()
+        exp = self.experience
+        batch = [t for t in tasks for _ in range(group_size)]
+        seed = exp.guide(batch, group_size, training=True).seed  # (the guided flags are the workers' to compute)
+        return self.ray.put(exp.pool.to_bytes()), seed, exp.llm.step
+
+    def _experience_back(self, parts: list[dict]) -> dict:
+        """The workers' LLM calls appended to the run's log, in batch order; the recall's cost per turn."""
+        calls = [line for p in parts for line in p["llm_calls"]]
+        if calls:
+            with (Path(self.cfg.train.out_dir) / "llm_calls.jsonl").open("a", encoding="utf-8") as f:
+                f.write("\n".join(calls) + "\n")
+        seconds, turns = sum(p["recall_seconds"] for p in parts), sum(p["recall_turns"] for p in parts)
+        self.experience.recall_seconds += seconds
+        self.experience.recall_turns += turns
+        return {"experience/recall_s_per_turn": seconds / turns} if turns else {}
+
+    def search(self, policy, tasks, step: int, spec, *, max_turns: int, generator=None, rng=None,
+               critic_suffix=()) -> tuple[SearchResult, dict]:
+        """``(search result, metrics)`` of the step's searches, split over the workers by whole task groups.
+        Each search is seeded by its position in the step (``rollout/collect.play_searches``): ``generator`` and
+        ``rng`` (the local backend's shared stream and tie-breaker) are not used."""
+        self.start(policy)
+        t0 = time.perf_counter()
+        per_task = self.cfg.algo.group_size // spec.kept_per_search()
+        shares = split_groups(step_episodes(tasks, per_task, step), per_task, len(self.slots))
+        weights = self._weights(policy)
+        guide = self._experience_args(tasks, per_task)
+        put_s = time.perf_counter() - t0
+        results, restarts = self._run(shares, step, weights, "search", max_turns, list(critic_suffix), *guide)
+        trajs, trees, stats = [], [], SearchStats()
+        for k in sorted(results):  # contiguous shares: in worker order, everything is in batch order
+            part = results[k][0]
+            for t in part.trajectories:  # a kept trajectory names its tree by its index in the step's list
+                t.search = {**t.search, "tree": t.search["tree"] + len(trees)}
+            trajs += part.trajectories
+            trees += part.trees
+            for f in ("prompt_tokens", "new_tokens", "generate_calls", "candidates", "lookahead_tokens"):
+                setattr(stats, f, getattr(stats, f) + getattr(part.stats, f))
+        stats.seconds = time.perf_counter() - t0
+        if len(trajs) != len(tasks) * self.cfg.algo.group_size:
+            raise SelfEvolveError(f"the workers returned {len(trajs)} kept trajectories for "
+                                  f"{len(tasks) * self.cfg.algo.group_size}")
+        metrics = self._step_metrics(shares, len(tasks), restarts, put_s)
+        if guide:
+            metrics.update(self._experience_back([results[k][1] for k in sorted(results)]))
+        return SearchResult(trajs, trees, stats), metrics
+
+    def _weights(self, policy):
+        """The adapter, as one copy in the object store read by every worker (with the value head when the
+        workers' search reads values)."""
+        return self.ray.put(lora_state(policy, values=reads_values(self.cfg)))
+
+    def _step_metrics(self, shares: list[list], groups: int, restarts: int, put_s: float) -> dict:
         busy = sum(1 for s in shares if s)
         if busy < len(self.slots) and not self._warned_idle:
             self._warned_idle = True
-            self._warn(f"a step has {len(tasks)} groups for distributed.workers={len(self.slots)}: "
+            self._warn(f"a step has {groups} groups for distributed.workers={len(self.slots)}: "
                        f"{len(self.slots) - busy} workers stay idle (groups are never split)")
-        return trajs, stats, {"distributed/workers_busy": busy, "distributed/restarts": restarts,
-                              "distributed/put_s": put_s}
+        return {"distributed/workers_busy": busy, "distributed/restarts": restarts, "distributed/put_s": put_s}
 
-    def _run(self, shares: list[list], step: int, weights):
-        """Run every non-empty share on its worker; restart and re-run the ones whose worker dies or stalls.
-        Returns ``({slot index: (trajs, stats)}, restarts)``."""
+    def _run(self, shares: list[list], step: int, weights, method: str, *args):
+        """Run every non-empty share on its worker (``RolloutWorker.<method>(version, step, share, *args)``);
+        restart and re-run the ones whose worker dies or stalls. Returns ``({slot index: result}, restarts)``."""
         ray, d = self.ray, self.d
         pending: dict = {}  # object ref -> (slot index, deadline, the weights push before it or None)
         tries = [0] * len(self.slots)
@@ -179,7 +246,8 @@ class RayRollouts:
             push = None
             if slot.version != step:  # the rollout call runs after it on the same actor, and checks the version
                 push = slot.actor.load_weights.remote(step, weights)
-            ref = slot.actor.rollout.options(name=f"{slot.name}.rollout").remote(step, step, shares[k])
+            ref = getattr(slot.actor, method).options(name=f"{slot.name}.{method}").remote(step, step, shares[k],
+                                                                                          *args)
             pending[ref] = (k, time.monotonic() + d.rollout_timeout, push)
 
         for k, share in enumerate(shares):

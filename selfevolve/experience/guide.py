@@ -146,19 +146,24 @@ class Experience:
               envs=None) -> "RolloutGuide":
         """A guide for one batch of episodes (``tasks`` repeated ``group_size`` times each, in groups). Training:
         the first round(G·η) of each group carry insights; evaluation: every episode does."""
-        if self.x.navigate:
-            n = nav.guided_count(group_size, self.x.eta) if training else group_size
-            guided = [(i % group_size) < n for i in range(len(tasks))]
-        else:
-            guided = [False] * len(tasks)
-        return RolloutGuide(self, pool or self.pool, guided, recall=self.x.recall == "seer")
+        return RolloutGuide(self, pool or self.pool, self.guided_flags(range(len(tasks)), group_size, training),
+                            recall=self.x.recall == "seer")
+
+    def guided_flags(self, indices, group_size: int, training: bool) -> list[bool]:
+        """Which episodes of a batch (by their ``indices`` in it, a task's group contiguous) carry insights: the
+        first round(G·η) of each group in training, every one in evaluation."""
+        if not self.x.navigate:
+            return [False] * len(indices)
+        n = nav.guided_count(group_size, self.x.eta) if training else group_size
+        return [(i % group_size) < n for i in indices]
 
     # ---- the update -----------------------------------------------------------------------------------------
-    def prepare_rows(self, policy, rows, micro_batch_tokens: int) -> dict[str, float]:
+    def prepare_rows(self, rows, logprobs_of) -> dict[str, float]:
+        """Navigation's old log-probs and boost on the guided ``rows`` (``logprobs_of``: the objective's
+        ``current_logprobs``)."""
         if not self.x.navigate:
             return {}
-        return nav.prepare_guided_rows(policy, rows, self.x.old_logprobs, self.x.boost_clip_high,
-                                       micro_batch_tokens)
+        return nav.prepare_guided_rows(rows, logprobs_of, self.x.old_logprobs, self.x.boost_clip_high)
 
     # ---- after the update -----------------------------------------------------------------------------------
     def learn(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
@@ -221,13 +226,22 @@ def guide_metrics(trajs: list[Trajectory], prefix: str = "experience/") -> dict[
 class RolloutGuide:
     """The rollout's hook (``rollout(..., guide=...)``) for one batch of episodes."""
 
-    def __init__(self, exp: Experience, pool: ExperiencePool, guided: list[bool], recall: bool):
+    def __init__(self, exp: Experience, pool: ExperiencePool, guided: list[bool], recall: bool,
+                 seed: int | None = None):
+        """``seed``: the recall's shuffle seed (None: drawn from the experience's RNG; a Ray worker is given the
+        driver's)."""
         self.exp, self.pool, self.guided, self.recall = exp, pool, guided, recall
-        self.recaller = SeerRecall(pool, k=exp.x.k, mode=exp.x.mode, seed=exp.rng.randrange(2**31),
+        self.seed = exp.rng.randrange(2**31) if seed is None and recall else seed  # (no draw without recall)
+        self.recaller = SeerRecall(pool, k=exp.x.k, mode=exp.x.mode, seed=self.seed,
                                    weights=Weights(exp.x.w_similarity, exp.x.w_tools, exp.x.w_intent)) \
             if recall else None
         self.seconds = 0.0  # time spent recalling (embedding + scoring)
         self.turns = 0
+
+    def each(self, n: int) -> "RolloutGuide":
+        """Every episode played ``n`` times, all with its guidance (best-of-N's candidates of one search)."""
+        self.guided = [g for g in self.guided for _ in range(n)]
+        return self
 
     def start(self, trajs: list[Trajectory], firsts: list[str], envs) -> list[Guidance]:
         x = self.exp.x

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from selfevolve.experience.pool import NewItem
 from selfevolve.lexical import jaccard
@@ -164,33 +163,20 @@ def extract(llm, pool, groups: list[tuple[str, list[str], list[str]]], step: int
             "experience/insights_invalid": invalid, "experience/insights_added": added}
 
 
-@torch.no_grad()
-def stripped_logprobs(policy, rows, micro_batch_tokens: int) -> list[list[float]]:
-    """The current policy's log-probs of every row's generated tokens (rows hold the stripped prompts)."""
-    from selfevolve.objectives.samples import collate, micro_batches, shared_prefix_len
-
-    policy.model.eval()
-    out: dict[int, list[float]] = {}
-    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows)):
-        b = collate(chunk, policy.pad_id, policy.device, clip_high=0.0)  # (the clip is not read here)
-        logp, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"],
-                                         prefix_len=shared_prefix_len(chunk))
-        flat, k = logp.float().cpu().tolist(), 0
-        for r in chunk:
-            out[id(r)] = flat[k:k + len(r.advantages)]
-            k += len(r.advantages)
-    return [out[id(r)] for r in rows]
-
-
-def prepare_guided_rows(policy, rows, mode: str, boost: float, micro_batch_tokens: int) -> dict[str, float]:
+def prepare_guided_rows(rows, logprobs_of, mode: str, boost: float) -> dict[str, float]:
     """Guided rows: measure the ratio drift of their old log-probs, restate them when ``mode="recompute"``, and
-    set their upper clip to ``boost`` (selective boosting). Unguided rows are left alone."""
+    set their upper clip to ``boost`` (selective boosting). Unguided rows are left alone.
+
+    ``rows``: what the objective trains on (token rows, or Self-AC's shadow episodes), each with ``guided``,
+    ``clip_high`` and ``old_logprobs`` (one per generated token); ``logprobs_of(rows)``: the current policy's
+    log-probs of their generated tokens on their (stripped) prompts, one list per row — the objective's own
+    ``current_logprobs``, so the ratio is restated in the forward its update uses."""
     guided = [r for r in rows if r.guided]
     for r in guided:
         r.clip_high = boost
     if not guided:
         return {}
-    new = stripped_logprobs(policy, guided, micro_batch_tokens)
+    new = logprobs_of(guided)
     log_ratio = np.array([a - b for r, lp in zip(guided, new) for a, b in zip(lp, r.old_logprobs)])
     if mode == "recompute":
         for r, lp in zip(guided, new):

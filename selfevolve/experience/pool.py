@@ -199,6 +199,19 @@ class ExperiencePool:
         self.conn.backup(other.conn)
         return other
 
+    def to_bytes(self) -> bytes:
+        """The whole pool as bytes (SQLite's own image of it): what the Ray workers recall from."""
+        return self.conn.serialize()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, embedder) -> "ExperiencePool":
+        """An in-memory pool from :meth:`to_bytes` (written by this run's driver, so trusted)."""
+        other = cls.__new__(cls)
+        other.path, other.embedder, other._cache = ":memory:", embedder, {}
+        other.conn = sqlite3.connect(":memory:")
+        other.conn.deserialize(data)
+        return other
+
     def close(self) -> None:
         self.conn.close()
 

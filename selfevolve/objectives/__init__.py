@@ -4,7 +4,9 @@ small interface, so that the training loop never asks which algorithm runs (:cla
 - ``value_head_kind(cfg)``: the value head the policy must carry (its kind), None for none;
 - ``credit(trajs) -> (rows, metrics)``: rewards -> filter -> advantages -> what the update trains on;
 - ``update(rows, trajs) -> metrics``: the optimizer steps on them;
-- ``value_suffix``: the ids appended to a state before its value is read (search's value scorer).
+- ``value_suffix``: the ids appended to a state before its value is read (search's value scorer);
+- ``current_logprobs(rows)``: the current policy's log-probs of the rows' generated tokens, without gradients
+  (self-navigating restates the old log-probs of its guided rows with them).
 
 :func:`make_objective` picks one by ``algo.name``: :class:`~selfevolve.objectives.token.TokenObjective` for every
 estimator of ``credit.ESTIMATORS`` (grpo, rloo, gigpo, ppo), :class:`~selfevolve.objectives.self_ac.SelfAcObjective`
@@ -32,6 +34,8 @@ class Objective(Protocol):
     def credit(self, trajs: list[Trajectory]) -> tuple[list, dict[str, float]]: ...
 
     def update(self, rows: list, trajs: list[Trajectory]) -> dict[str, float]: ...
+
+    def current_logprobs(self, rows: list) -> list[list[float]]: ...
 
 
 def objective_class(cfg) -> type:

@@ -8,8 +8,8 @@ tensors and back):
 2. filter: drop task groups with little reward spread (``filter.keep``, ``filter.drop_zero_std``);
 3. advantages: ``grpo`` / ``rloo`` (episode level, broadcast to every turn), ``gigpo`` (episode + anchor-state
    step level), ``ppo`` (turn-level GAE on the value head's estimates); with step labels
-   (``reward.attribution``, ``Step.info["attribution"]``), ``grpo`` / ``rloo`` fuse them with the outcome
-   advantage (``algos/attribution.py``).
+   (``reward.attribution``, ``Step.info["attribution"]``), the labels' suffix sums are added to the estimator's
+   per-turn advantage (``algos/attribution.py``; for grpo / rloo that is the seed's fusion with the outcome).
 
 Stages 1-2 serve every objective (:func:`shape_and_filter`); the estimators of stage 3 (:data:`ESTIMATORS`) are
 the token objective's (``token.py``). A new estimator is one function and one entry there.
@@ -23,8 +23,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from selfevolve.algos.advantages import ADVANTAGES, grpo_advantages, rloo_advantages
-from selfevolve.algos.attribution import attribution_advantages
+from selfevolve.algos.advantages import grpo_advantages, rloo_advantages
+from selfevolve.algos.attribution import fuse_turn_advantages
 from selfevolve.algos.filtering import filter_groups
 from selfevolve.algos.gae import gae_advantages, whiten
 from selfevolve.algos.gigpo import anchor_ids, gigpo_advantages
@@ -218,14 +218,11 @@ ESTIMATORS = {"grpo": Estimator(grpo_steps), "rloo": Estimator(rloo_steps), "gig
               "ppo": Estimator(ppo_steps, values=True)}
 
 
-def attributed_steps(name: str, batch: CreditBatch, algo, alpha: float) -> Tensor:
-    """AgentEvolver's attribution-driven credit: the step labels z-scored in their group, fused with the
-    estimator's own outcome advantage R̃ (GRPO's z-score, or RLOO's leave-one-out difference) on the last step,
-    summed from each step to the end (``algos/attribution.py``, eqs. 1–3)."""
-    if name not in ADVANTAGES:
-        raise ValueError(f"attribution fuses step labels with grpo or rloo outcome advantages, not {name}")
-    outcome = ADVANTAGES[name](batch.episode_rewards, batch.group_ids, norm=algo.norm)
-    return attribution_advantages(batch.step_labels, batch.mask, outcome, batch.group_ids, alpha=alpha)
+def attributed_steps(batch: CreditBatch, base: Tensor, alpha: float) -> Tensor:
+    """AgentEvolver's attribution-driven credit on any estimator: the step labels z-scored in their group, their
+    suffix sums added to the estimator's own per-turn advantage, A'_t = A_t + α·Σ_{k≥t} r̃_k
+    (``algos/attribution.py``, eqs. 1–3; for GRPO and RLOO, A_t is the outcome advantage R̃ on every turn)."""
+    return fuse_turn_advantages(batch.step_labels, batch.mask, base, batch.group_ids, alpha=alpha)
 
 
 def step_advantages(name: str, batch: CreditBatch, algo, attribution=None) -> tuple[Tensor, Tensor | None]:
@@ -233,8 +230,10 @@ def step_advantages(name: str, batch: CreditBatch, algo, attribution=None) -> tu
     labels gets attribution-driven credit (``attribution``: the config section, for α)."""
     if name not in ESTIMATORS:
         raise unknown_name("algo", name, ESTIMATORS)
+    adv, returns = ESTIMATORS[name].steps(batch, algo)
     if batch.step_labels is not None:
         if attribution is None:
             raise ValueError("a batch with step labels needs the attribution section (for alpha)")
-        return attributed_steps(name, batch, algo, attribution.alpha), None
-    return ESTIMATORS[name].steps(batch, algo)
+        # the labels shape the actor's credit only: a critic (PPO) still regresses on the environment's returns
+        adv = attributed_steps(batch, adv, attribution.alpha)
+    return adv, returns

@@ -76,6 +76,23 @@ def build_rows(
     return rows
 
 
+@torch.no_grad()
+def row_logprobs(policy, rows: list[Row], micro_batch_tokens: int) -> list[list[float]]:
+    """The current policy's log-probs of every row's generated tokens, one list per row, without gradients
+    (self-navigating restates the old log-probs of its guided rows with them)."""
+    policy.model.eval()
+    out: dict[int, list[float]] = {}
+    for chunk in micro_batches(rows, micro_batch_tokens, shared_prefix_len(rows)):
+        b = collate(chunk, policy.pad_id, policy.device, clip_high=0.0)  # (the clip is not read here)
+        logp, _ = policy.action_logprobs(b["input_ids"], b["attention_mask"], b["loss_mask"],
+                                         prefix_len=shared_prefix_len(chunk))
+        flat, k = logp.float().cpu().tolist(), 0
+        for r in chunk:
+            out[id(r)] = flat[k:k + len(r.advantages)]
+            k += len(r.advantages)
+    return [out[id(r)] for r in rows]
+
+
 def collate(rows: list[Row], pad_id: int, device=None, clip_high: float | None = None) -> dict[str, torch.Tensor]:
     """Right-padded tensors; ``old_logprobs``/``advantages`` are flat, in the order of ``loss_mask.nonzero()``;
     ``returns``/``old_values`` likewise in the order of ``value_mask.nonzero()``. When a row has its own

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from selfevolve.errors import unknown_name
 from selfevolve.objectives.credit import ESTIMATORS, padded, shape_and_filter, step_advantages
-from selfevolve.objectives.samples import Row, build_rows
+from selfevolve.objectives.samples import Row, build_rows, row_logprobs
 from selfevolve.objectives.update import compute_values, ppo_update
 from selfevolve.types import Trajectory
 
@@ -67,6 +67,10 @@ class TokenObjective:
             for (i, t), v in zip(row.turns, vals):
                 per_turn[i][t] = v
         return per_turn
+
+    def current_logprobs(self, rows: list[Row]) -> list[list[float]]:
+        """The current policy's log-probs of the rows' generated tokens (no gradients), one list per row."""
+        return row_logprobs(self.policy, rows, self.cfg.algo.micro_batch_tokens)
 
     def update(self, rows: list[Row], trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps on ``rows``: PPO-clip, plus the value loss where they carry returns."""

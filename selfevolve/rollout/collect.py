@@ -8,16 +8,23 @@ The trainer calls one method whichever backend is configured (``distributed.back
 
 Both play episodes with :func:`play_episodes`, which seeds every episode by itself (``rollout/seeding.py``):
 the same step gives the same trajectories on either backend and with any number of workers.
+
+Trajectory search (``rollout.search``) goes through ``collector.search(...)`` the same way. In this process a
+step's searches draw from the trainer's one stream (as they always have); on Ray workers each search draws from
+its own stream and breaks its ties with its own RNG, seeded like an episode (:func:`play_searches`), so a step's
+searches are the same with any number of workers — but not those of the local backend, as two seeds differ.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from selfevolve.envs import make_env
 from selfevolve.envs.pool import EnvPool, close_all
 from selfevolve.rollout.runner import RolloutStats, rollout
-from selfevolve.rollout.seeding import episode_streams
+from selfevolve.rollout.search import SearchResult, search_rollouts
+from selfevolve.rollout.seeding import episode_seed, episode_streams
 from selfevolve.types import Task, Trajectory
 
 
@@ -58,6 +65,20 @@ def play_episodes(policy, builder, env_cls, env_options: dict, episodes: list[Ep
     return trajs
 
 
+def play_searches(policy, builder, jobs: list[Episode], spec, *, run_seed: int, step: int, version: int,
+                  max_turns: int, critic_suffix: list[int], pool: EnvPool, guide=None) -> SearchResult:
+    """Run one search per job, each with its own random stream and tie-breaking RNG seeded from its position in
+    the step (as an episode's, ``rollout/seeding.py``): a search's result depends on the search alone. The kept
+    trajectories are stamped with the policy ``version``."""
+    seeds = [episode_seed(run_seed, step, e.index, e.task.id) for e in jobs]
+    result = search_rollouts(policy, pool.maker(), [e.task for e in jobs], builder, spec, max_turns=max_turns,
+                             group_ids=[e.group_id for e in jobs], generator=[policy.stream(x) for x in seeds],
+                             rng=[random.Random(x) for x in seeds], critic_suffix=critic_suffix, guide=guide)
+    for t in result.trajectories:
+        t.policy_version = version
+    return result
+
+
 class LocalRollouts:
     """The step's rollouts in the trainer's own process (``distributed.backend=local``)."""
 
@@ -78,6 +99,22 @@ class LocalRollouts:
         if guide is not None and guide.turns:
             metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
         return trajs, stats, metrics
+
+    def search(self, policy, tasks: list[Task], step: int, spec, *, max_turns: int, generator, rng,
+               critic_suffix: list[int]) -> tuple[SearchResult, dict]:
+        """``(search result, metrics)``: each task still yields ``algo.group_size`` kept trajectories, from
+        group_size searches (or group_size / beams with ``search.keep=all``), all drawing from ``generator``;
+        ``rng`` breaks score ties. Experience guides the searches as it guides sampled episodes."""
+        searches = self.cfg.algo.group_size // spec.kept_per_search()  # per task
+        rep = [t for t in tasks for _ in range(searches)]
+        guide = self.experience.guide(rep, searches, training=True) if self.experience else None
+        result = search_rollouts(policy, self.pool.maker(), rep, self.builder, spec, max_turns=max_turns,
+                                 group_ids=[f"{step}:{t.id}" for t in rep], generator=generator, rng=rng,
+                                 critic_suffix=critic_suffix, guide=guide)
+        metrics = {}
+        if guide is not None and guide.turns:
+            metrics["experience/recall_s_per_turn"] = guide.seconds / guide.turns
+        return result, metrics
 
     def close(self) -> None:
         self.pool.close()

@@ -23,13 +23,18 @@ new observation tokens, for every candidate and every lookahead continuation.
 What becomes training data: the best final beam of each search (``search.keep=best``) or all surviving beams
 (``all``). Each kept step carries the log-probs its action was sampled with, so any advantage estimator
 applies; kept beams share their early steps' states, which GiGPO's anchor groups pick up by state key.
+
+Experience (``guide``, ``selfevolve/experience/guide.py``) guides a search as it guides sampled episodes: a search
+is guided or not as a whole (self-navigating's insight block in every node's prompt; trained on the twin prompt
+without it), and SEER recalls before every expansion from the node's own history, lookahead continuations
+included — every prompt the search samples from carries the recall it would have had as a sampled episode.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from selfevolve.agent.context import EpisodeContext
@@ -165,8 +170,9 @@ def reply_prefix_of(env):
 class _Searcher:
     """One batch of searches (one per task given), stepped in lockstep."""
 
-    def __init__(self, policy, envs, tasks, builder, spec, max_turns, generator, rng, critic_suffix, greedy=False):
-        self.policy, self.envs, self.tasks, self.builder = policy, envs, tasks, builder
+    def __init__(self, policy, envs, tasks, builder, spec, max_turns, generator, rng, critic_suffix, greedy=False,
+                 guide=None):
+        self.policy, self.envs, self.tasks, self.builder, self.guide = policy, envs, tasks, builder, guide
         self.spec, self.max_turns, self.generator, self.rng = spec, max_turns, generator, rng
         self.suffix, self.greedy = list(critic_suffix or []), greedy
         self.stats = SearchStats()
@@ -203,15 +209,26 @@ class _Searcher:
         return node
 
     def roots(self) -> list[Node]:
-        out = []
-        self.requests = []  # per search: (query, reference), for the kept trajectories
-        for s, (env, task) in enumerate(zip(self.envs, self.tasks)):  # one scratch environment per search
-            first = env.reset(task.seed)
-            self.requests.append(request_of(env, first))
+        # per search: what the kept trajectories inherit — the request (query, reference) and the experience's
+        # marks (intents, guided, insights)
+        self.heads: list[Trajectory] = []
+        firsts = []
+        for env, task in zip(self.envs, self.tasks):  # one scratch environment per search
+            firsts.append(env.reset(task.seed))
+            query, reference = request_of(env, firsts[-1])
+            self.heads.append(Trajectory(task=task, query=query, reference=reference))
             task.content = content_digest(env)  # what the run has seen (held-out checks, envs/holdout.py)
-            ctx = EpisodeContext(self.builder, task.instruction, first)
-            out.append(self.new_node(None, s, env, ctx, [], turn=0))
-        return out
+        guidance = self.guide.start(self.heads, firsts, self.envs) if self.guide is not None else [None] * len(firsts)
+        return [self.new_node(None, s, env, EpisodeContext(self.builder, task.instruction, first, g), [], turn=0)
+                for s, (env, task, first, g) in enumerate(zip(self.envs, self.tasks, firsts, guidance))]
+
+    def recall(self, parents: list[Node], turn: int) -> None:
+        """SEER: every parent's examples recalled from its own history before it is expanded."""
+        if self.guide is None:
+            return
+        views = [Trajectory(task=self.tasks[p.search], steps=p.steps, query=self.heads[p.search].query,
+                            intent=self.heads[p.search].intent) for p in parents]
+        self.guide.before_turn(turn, [p.context for p in parents], views)
 
     # ---- one turn ---------------------------------------------------------------------------------------------
     def expand(self, parents: list[Node], m: int, state: SamplerState | None, turn: int, record: bool = True):
@@ -223,8 +240,9 @@ class _Searcher:
         child's next prompt extends: the candidates' own caches are dropped right after sampling (memory peaks
         at one copy per candidate, not two), and a kept child re-encodes only its few action tokens next turn.
         """
-        _context_calls(self.policy, [p.context for p in parents if p.context.pending], self.greedy,
-                       self.generator, self.stats)
+        self.recall(parents, turn)  # (a prompt that changed is encoded afresh: its cache no longer extends)
+        due = [p for p in parents if p.context.pending]
+        _context_calls(self.policy, [p.context for p in due], self.greedy, self.streams(due), self.stats)
         rows = [i for i in range(len(parents)) for _ in range(m)]
         kv = base = None
         if self.spec.reuse_cache and state is not None:
@@ -235,7 +253,8 @@ class _Searcher:
             self.stats.prompt_tokens += encoded
             kv = base.gather(rows)
         prompts = [parents[i].context.prompt for i in rows]
-        gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.generator, state=kv,
+        gen = self.policy.generate(prompts, greedy=self.greedy, generator=self.streams([parents[i] for i in rows]),
+                                   state=kv,
                                    share_prefix=self.spec.share_prefix)
         del kv
         self.count(gen)
@@ -247,6 +266,10 @@ class _Searcher:
             text = self.policy.decode(gen.ids[k])
             step = play(env, text, gen, k, prompts[k], last_turn=turn == self.max_turns - 1,
                         calls=list(parent.context.calls))
+            train_prompt = parent.context.train_prompt  # the prompt without an insight block (self-navigating)
+            step.train_prompt_ids = None if train_prompt is None else list(train_prompt)
+            if parent.context.recalled is not None:
+                step.info["recalled"] = list(parent.context.recalled)
             ctx = parent.context.fork()
             ctx.calls = []
             if not step.done:
@@ -260,6 +283,13 @@ class _Searcher:
             gen.state = None  # the candidates' caches: not needed any more
             return children, base
         return children, gen.state if self.spec.reuse_cache else None
+
+    def streams(self, nodes: list[Node]):
+        """The random stream(s) of a generation over ``nodes``: the batch's one, or each node's search's own."""
+        return [self.generator[n.search] for n in nodes] if isinstance(self.generator, list) else self.generator
+
+    def tie_rng(self, search: int) -> random.Random:
+        return self.rng[search] if isinstance(self.rng, list) else self.rng
 
     def count(self, gen) -> None:
         self.stats.prompt_tokens += gen.prompt_tokens
@@ -356,7 +386,7 @@ class _Searcher:
             for c in children:
                 by_search.setdefault(c.search, []).append(c)
             for s, kids in by_search.items():
-                beams[s] = top([n for n in beams[s] if n.done] + kids, spec.beams, self.rng)
+                beams[s] = top([n for n in beams[s] if n.done] + kids, spec.beams, self.tie_rng(s))
             for b in beams:
                 for n in b:
                     self.records[n.id].setdefault("beam_turns", []).append(turn + 1)
@@ -364,7 +394,7 @@ class _Searcher:
             state = state.gather([n.row for n in live]) if state is not None and live else None
             for r, n in enumerate(live):
                 n.row = r
-        return [top(b, len(b), self.rng) for b in beams]
+        return [top(b, len(b), self.tie_rng(s)) for s, b in enumerate(beams)]
 
 
 
@@ -377,10 +407,11 @@ def search_rollouts(
     *,
     max_turns: int,
     group_ids: list[str] | None = None,
-    generator: Stream | None = None,
-    rng: random.Random | None = None,
+    generator: Stream | list[Stream] | None = None,
+    rng: random.Random | list[random.Random] | None = None,
     critic_suffix: list[int] | None = None,
     greedy: bool = False,
+    guide=None,
 ) -> SearchResult:
     """Run one search per ``tasks[i]``; return the kept trajectories (``spec.kept_per_search()`` per search, in
     task order), the search trees and the generation counts. ``make_env()`` builds a fresh environment (one per
@@ -388,8 +419,12 @@ def search_rollouts(
 
     ``critic_suffix``: the ids appended to a state before its value is read (Self-AC's critic prompt; empty for
     PPO's head). ``rng`` breaks score ties. ``greedy`` decodes greedily (tests: every candidate is the same).
+    ``guide``: the experience's hook for the batch of searches (``Experience.guide`` over ``tasks``), or None.
+    ``generator`` and ``rng``: one random stream and tie-breaking RNG for the whole batch, or a list with one of
+    each per search (a search's samples and ties then depend on that search alone, whatever batch it is played
+    in: Ray workers, ``rollout/collect.py``).
     """
-    rng = rng or random.Random(0)
+    rng = rng if rng is not None else random.Random(0)
     t0 = time.perf_counter()
     gid = (lambda i: group_ids[i]) if group_ids else (lambda i: tasks[i].id)
     if spec.needs_value and spec.name not in ("beam", "lookahead"):
@@ -398,22 +433,21 @@ def search_rollouts(
     if spec.name == "sample":
         stats = SearchStats()
         trajs = rollout(policy, [make_env() for _ in tasks], tasks, builder, max_turns=max_turns, group_ids=group_ids,
-                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache, greedy=greedy)
+                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache, greedy=greedy, guide=guide)
         stats.candidates = sum(len(t.steps) for t in trajs)
         return SearchResult(trajs, [], stats)
     if spec.name == "best_of_n":
-        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy)
+        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy, guide)
     searcher = _Searcher(policy, [make_env() for _ in tasks], tasks, builder, spec, max_turns, generator, rng,
-                         critic_suffix, greedy)
+                         critic_suffix, greedy, guide)
     final = searcher.beam()
     kept: list[Trajectory] = []
     for s, nodes in enumerate(final):
         chosen = nodes[: spec.kept_per_search()]
         for n in chosen:
-            query, reference = searcher.requests[s]
-            kept.append(Trajectory(task=tasks[s], steps=n.steps, group_id=gid(s), success=n.success, query=query,
-                                   reference=reference, search={"strategy": spec.name, "tree": s, "node": n.id,
-                                                                "score": round(n.score, 5)}))
+            head = searcher.heads[s]
+            kept.append(replace(head, steps=n.steps, group_id=gid(s), success=n.success, insights=list(head.insights),
+                                search={"strategy": spec.name, "tree": s, "node": n.id, "score": round(n.score, 5)}))
             for i in _path_ids(searcher.tree[s], n.id):
                 searcher.records[i]["kept"] = True
     searcher.stats.seconds = time.perf_counter() - t0
@@ -431,15 +465,18 @@ def _path_ids(nodes: list[dict], leaf: int) -> set[int]:
     return out
 
 
-def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy) -> SearchResult:
+def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy, guide=None
+               ) -> SearchResult:
     """N independent rollouts per search (one batched rollout of all of them); keep the best-scored one.
-    Scores are read at each rollout's final state (reward: R(τ))."""
+    Scores are read at each rollout's final state (reward: R(τ)). A guided search guides all its N rollouts."""
     n = spec.n
     envs = [make_env() for _ in range(n * len(tasks))]
     stats = SearchStats()
     rep = [t for t in tasks for _ in range(n)]
-    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, generator=generator, stats=stats,
-                    reuse_cache=spec.reuse_cache, greedy=greedy)
+    per_search = isinstance(generator, list)  # each search's N candidates draw from its stream
+    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, stats=stats,
+                    generator=[g for g in generator for _ in range(n)] if per_search else generator,
+                    reuse_cache=spec.reuse_cache, greedy=greedy, guide=guide.each(n) if guide is not None else None)
     stats.candidates = sum(len(t.steps) for t in trajs)
     kept, trees = [], []
     for s, task in enumerate(tasks):
@@ -450,7 +487,7 @@ def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator
                         failed=bool(t.steps) and not info.get("truncated", False) and not t.success)
             node.score = score(node, spec)
             nodes.append(node)
-        best = top(nodes, 1, rng)[0]
+        best = top(nodes, 1, rng[s] if isinstance(rng, list) else rng)[0]
         t = group[best.id]
         t.group_id = gid(s)
         t.search = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),

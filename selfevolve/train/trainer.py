@@ -8,7 +8,7 @@ Features
   GAE), Self-AC (actor and critic from one shadow-prompt forward); optional SELAUR reward shaping and instance
   filtering;
 - optional step attribution (AgentEvolver's self-attributing): steps judged GOOD/BAD by an LLM or an oracle,
-  fused with the GRPO/RLOO outcome advantage (``selfevolve/rewards/attribution.py``);
+  their suffix sums added to the estimator's advantage (``selfevolve/rewards/attribution.py``);
 - PPO-clip with clip-higher, dual clip, optional KL to the base model (adapter disabled, no second copy);
 - held-out evaluation (greedy success, pass@k) at the start, every ``train.eval_every`` steps and at the end;
 - checkpoints with adapter, optimizer, RNG states and task cursor; ``train.resume=true`` continues exactly;
@@ -49,7 +49,7 @@ from selfevolve.objectives.samples import build_rows
 from selfevolve.objectives.update import NonFinite, ppo_update
 from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.rollout.runner import RolloutStats
-from selfevolve.rollout.search import SearchSpec, search_rollouts
+from selfevolve.rollout.search import SearchSpec
 from selfevolve.tasks.source import make_task_source
 from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_checkpoint, load_init_adapter, refusing,
                                         remove_partial_writes, save_checkpoint)
@@ -208,18 +208,14 @@ class Trainer:
         return trajs, stats
 
     def _search(self, tasks) -> tuple[list[Trajectory], RolloutStats]:
-        """Trajectory-search rollouts (``rollout.search``): each task still yields ``algo.group_size`` kept
-        trajectories, from group_size searches (or group_size / beams with ``search.keep=all``)."""
-        spec = self.search
-        rep = [t for t in tasks for _ in range(self.cfg.algo.group_size // spec.kept_per_search())]
-        result = search_rollouts(
-            self.policy, self.env_pool.maker(), rep, self.builder, spec,
-            max_turns=self.probe_env.max_turns, group_ids=[f"{self.step}:{t.id}" for t in rep],
-            generator=self.generator, rng=self.rng,
-            critic_suffix=self.objective.value_suffix,
+        """Trajectory-search rollouts (``rollout.search``) through the configured backend (rollout/collect.py):
+        each task still yields ``algo.group_size`` kept trajectories."""
+        result, metrics = self.rollouts.search(
+            self.policy, tasks, self.step, self.search, max_turns=self.probe_env.max_turns,
+            generator=self.generator, rng=self.rng, critic_suffix=self.objective.value_suffix,
         )
         self.search_trees = result.trees
-        self.search_metrics = result.metrics()
+        self.search_metrics = {**result.metrics(), **metrics}
         return result.trajectories, result.stats
 
     def train_step(self) -> dict[str, float]:
@@ -286,7 +282,7 @@ class Trainer:
         upper clip of its guided rows."""
         prepared = {}
         if self.experience is not None and rows:
-            prepared = self.experience.prepare_rows(self.policy, rows, self.cfg.algo.micro_batch_tokens)
+            prepared = self.experience.prepare_rows(rows, self.objective.current_logprobs)
         return {**prepared, **self.objective.update(rows, trajs)}
 
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None, label: str | None = None

@@ -7,17 +7,19 @@ Everything of the method is in this folder, and :class:`SelfAcObjective` is what
 - ``critic.py``: the math — TD(1..n) critic targets and loss, the actor's advantage A_k = R_k − V(s_k);
 - ``update.py``: the optimizer steps (α·critic + (1 − α)·PPO-clip actor), and V of episodes without gradients;
 - here: the wiring — the value head the policy carries (``algo.self_ac.value_head``), the critic prompt in the
-  model's chat format (also what search appends before reading a state's value), credit to shadow episodes,
-  and the values and advantages each trajectory keeps.
+  model's chat format (also what search appends before reading a state's value), credit to shadow episodes
+  (with step labels, their part of the advantage: ``algos/attribution.py``), and the values and advantages
+  each trajectory keeps.
 """
 
 from __future__ import annotations
 
+from selfevolve.algos.attribution import label_returns
 from selfevolve.objectives.credit import shape_and_filter
 from selfevolve.objectives.self_ac.critic import returns_minus_values
 from selfevolve.objectives.self_ac.shadow import (ShadowEpisode, build_shadow_episode, check_shadow_attention,
                                                  critic_prompt_ids, final_state_ids)
-from selfevolve.objectives.self_ac.update import episode_values, self_ac_update
+from selfevolve.objectives.self_ac.update import episode_logprobs, episode_values, self_ac_update
 from selfevolve.types import Trajectory
 
 
@@ -47,9 +49,21 @@ class SelfAcObjective:
         if not kept:
             return [], metrics
         index = {id(t): i for i, t in enumerate(trajs)}
-        episodes = [self.episode(t, rewards=r, traj_index=index[id(t)])
-                    for t, r in zip(kept, batch.per_step(batch.step_rewards)) if t.steps]
+        # step labels (reward.attribution): their part of the advantage, α·Σ_{j≥k} r̃_j, added to A_k in the update
+        credit = (batch.per_step(label_returns(batch.step_labels, batch.mask, batch.group_ids,
+                                               self.cfg.attribution.alpha))
+                  if batch.step_labels is not None else [[] for _ in kept])
+        episodes = []
+        for t, r, c in zip(kept, batch.per_step(batch.step_rewards), credit):
+            if t.steps:
+                episodes.append(self.episode(t, rewards=r, traj_index=index[id(t)]))
+                episodes[-1].label_credit = c
         return episodes, metrics
+
+    def current_logprobs(self, episodes: list[ShadowEpisode]) -> list[list[float]]:
+        """The actor's log-probs of the episodes' action tokens under the current weights (no gradients), one
+        list per episode: the same shadow forward as the update's, so a restated ratio starts at 1."""
+        return episode_logprobs(self.policy, episodes, self.cfg.algo.micro_batch_tokens)
 
     def update(self, episodes: list[ShadowEpisode], trajs: list[Trajectory]) -> dict[str, float]:
         """The optimizer steps over ``episodes``; then every trajectory of the step keeps V(s_0..s_n) (the value
@@ -60,7 +74,8 @@ class SelfAcObjective:
             metrics = self_ac_update(self.policy, self.optimizer, episodes, algo, self.rng)
             for ep in episodes:  # the values of the update's first forward over each episode
                 trajs[ep.traj_index].values = [round(v, 5) for v in ep.values]
-                trajs[ep.traj_index].advantages = returns_minus_values(ep.rewards, ep.values, algo.gamma)
+                trajs[ep.traj_index].advantages = returns_minus_values(ep.rewards, ep.values, algo.gamma,
+                                                                       ep.label_credit)
         self.record_values(trajs)
         return metrics
 

@@ -65,12 +65,15 @@ def turn_logprobs(token_logprobs: Tensor, token_turn: Tensor, n_slots: int) -> T
     return out.index_add(0, token_turn, token_logprobs)
 
 
-def returns_minus_values(rewards: list[float], values: list[float], gamma: float) -> list[float]:
+def returns_minus_values(rewards: list[float], values: list[float], gamma: float,
+                         label_credit: list[float] | None = None) -> list[float]:
     """Self-AC's advantage A_k = R_k − V(s_k), R_k the discounted return from turn k (as
     :func:`returns_and_advantages`), for one episode in plain lists, rounded for the trajectory's record;
-    ``values`` may hold V of the final state too."""
+    ``values`` may hold V of the final state too. ``label_credit``: the step labels' α·Σ_{j≥k} r̃_j per turn,
+    added (reward.attribution)."""
     out, running = [0.0] * len(rewards), 0.0
     for k in range(len(rewards) - 1, -1, -1):
         running = rewards[k] + gamma * running
-        out[k] = round(running - (values[k] if k < len(values) else 0.0), 5)
+        a = running - (values[k] if k < len(values) else 0.0)
+        out[k] = round(a + label_credit[k] if label_credit else a, 5)
     return out

@@ -22,6 +22,7 @@ same sequence, each with its own positions from 0, and never see each other.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -73,8 +74,11 @@ class ShadowEpisode:
     cp_start: list[int] = field(default_factory=list)  # per critic prompt (n, or n + 1 with the final state)
     cp_end: list[int] = field(default_factory=list)  # per critic prompt: its last token, where V is read
     rewards: list[float] = field(default_factory=list)  # per turn: r_k from s_k to s_{k+1}
+    label_credit: list[float] = field(default_factory=list)  # per turn: α·Σ_{j≥k} r̃_j of step labels, or empty
     traj_index: int = 0
     values: list[float] = field(default_factory=list)  # V(s_0..s_n) from the update's first forward
+    guided: bool = False  # sampled with an insight block that its prompts no longer hold (self-navigating)
+    clip_high: float | None = None  # its actor's upper clip ε (self-navigating's boost); None: algo.clip_high
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -99,7 +103,7 @@ def build_shadow_episode(traj: Trajectory, cp_ids: list[int], final_ids: list[in
     ``rewards``: per turn (default: the environment's step rewards; the trainer passes shaped ones).
     """
     ep = ShadowEpisode(rewards=list(rewards if rewards is not None else [s.reward for s in traj.steps]),
-                       traj_index=traj_index)
+                       traj_index=traj_index, guided=traj.guided)
     real: list[int] | None = None  # the current segment's real ids (the episode as the model saw it)
     seg = -1
     last_real = -1  # sequence index of the last real token
@@ -120,7 +124,7 @@ def build_shadow_episode(traj: Trajectory, cp_ids: list[int], final_ids: list[in
         ep.cp_end.append(len(ep.ids) - 1)
 
     for k, step in enumerate(traj.steps):
-        add_state(step.prompt_ids)
+        add_state(train_prompt(step))
         add_critic(k)
         ep.a_start.append(len(ep.ids))
         for j, tok in enumerate(step.action_ids):
@@ -138,13 +142,19 @@ def build_shadow_episode(traj: Trajectory, cp_ids: list[int], final_ids: list[in
     return ep
 
 
+def train_prompt(step) -> list[int]:
+    """The prompt a step is trained on: without the insight block of an experience-guided step (self-navigating's
+    stripping), else the one it was sampled with."""
+    return step.train_prompt_ids if step.train_prompt_ids is not None else step.prompt_ids
+
+
 def final_state_ids(traj: Trajectory, builder) -> list[int] | None:
     """The prompt of the state after the last action: its prompt + reply + the final observation in the chat
     template (None when the template cannot append a turn, or the episode is empty)."""
     if not traj.steps:
         return None
     last = traj.steps[-1]
-    return builder.extend(last.prompt_ids, last.action_ids, last.observation)
+    return builder.extend(train_prompt(last), last.action_ids, last.observation)
 
 
 def shadow_mask(segment: torch.Tensor, block: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -216,12 +226,15 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     C = cp_ids.shape[1]
 
     rewards = torch.zeros((B, K), dtype=torch.float32)
+    label_credit = torch.zeros((B, K), dtype=torch.float32)
     turn_mask = torch.zeros((B, K), dtype=torch.bool)
     value_mask = torch.zeros((B, K), dtype=torch.bool)
     value_idx = torch.zeros((B, K), dtype=torch.long)
-    pred, target, slot, old = [], [], [], []
+    pred, target, slot, old, clip = [], [], [], [], []
     for b, e in enumerate(episodes):
         rewards[b, : e.turns] = torch.tensor(e.rewards, dtype=torch.float32)
+        if e.label_credit:
+            label_credit[b, : e.turns] = torch.tensor(e.label_credit, dtype=torch.float32)
         turn_mask[b, : e.turns] = True
         value_mask[b, : len(e.cp_end)] = True
         value_idx[b, : len(e.cp_end)] = torch.tensor([b * C + new_cp[b][j] for j in e.cp_end], dtype=torch.long)
@@ -229,6 +242,7 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
         target += [b * Lr + new[b][j] for j in e.target]
         slot += [b * K + k for k in e.token_turn]
         old += e.old_logprobs
+        clip += [math.nan if e.clip_high is None else e.clip_high] * len(e.target)
 
     real_valid = real_seg >= 0
     # stage 1: plain causal unless an episode packs several segments, which must not see each other
@@ -252,6 +266,10 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
     }
     if real_mask is not None:
         out["real_mask"] = real_mask
+    if any(e.clip_high is not None for e in episodes):  # per action token; NaN: the run's algo.clip_high
+        out["clip_high"] = torch.tensor(clip, dtype=torch.float32)
+    if any(e.label_credit for e in episodes):  # step attribution (reward.attribution): added to the actor's A_k
+        out["label_credit"] = label_credit
     out = {k: v.to(device) for k, v in out.items()} if device is not None else out
     out["prefix_len"] = _shared_prefix(real_ids, real_seg, [new[b][e.pred[0]] for b, e in enumerate(episodes) if e.pred])
     return out

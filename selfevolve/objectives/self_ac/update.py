@@ -5,6 +5,7 @@ log-probs and V(s_0..s_n); then
 
     Loss_Critic = mean over n = 1..td_max of the TD(n) squared errors (targets detached, terminal value 0)
     A_k         = R_k − V(s_k).detach()             (R: the discounted return from s_k)
+                  + α·Σ_{j≥k} r̃_j with step labels   (reward.attribution; algos/attribution.py)
     Loss_Actor  = PPO-clip on π_θ/π_old, per token (A_k broadcast to a_k's tokens) or per turn (whole actions)
     Loss        = α·Loss_Critic + (1 − α)·Loss_Actor
 
@@ -75,18 +76,27 @@ def self_ac_losses(batch: dict, logp: torch.Tensor, values: torch.Tensor, sac, a
     with torch.no_grad():  # what a critic that knows nothing (V ≡ 0) would score on the same batch
         zero, _ = critic_loss(torch.zeros_like(values), rewards, turn_mask, value_mask, algo.gamma, sac.td_max)
     R, A = returns_and_advantages(values, rewards, turn_mask, algo.gamma)
+    if "label_credit" in batch:  # step attribution: A'_k = A_k + α·Σ_{j≥k} r̃_j (algos/attribution.py)
+        A = A + batch["label_credit"].to(A.dtype) * turn_mask.to(A.dtype)
     old, slot = batch["old_logprobs"], batch["token_slot"]
     flat_A = A.flatten().float()
+    clip = algo.clip_high
+    if "clip_high" in batch:  # per token where episodes carry their own (experience-guided: selective boosting)
+        clip = torch.nan_to_num(batch["clip_high"], nan=algo.clip_high)
     if sac.ratio == "token":
         aloss, ast = ppo_clip_loss(logp[None], old[None], flat_A[slot][None], torch.ones_like(logp)[None],
-                                   clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip)
+                                   clip_low=algo.clip_low, clip_high=clip if isinstance(clip, float) else clip[None],
+                                   dual_clip=algo.dual_clip)
     else:
         n = flat_A.numel()
         has_tokens = torch.zeros(n, dtype=torch.bool, device=logp.device)
         has_tokens[slot] = True
+        if not isinstance(clip, float):  # a turn's tokens share their episode's clip
+            clip = torch.full((n,), algo.clip_high, dtype=clip.dtype, device=clip.device).index_put((slot,), clip)
         aloss, ast = ppo_clip_loss(turn_logprobs(logp, slot, n)[None], turn_logprobs(old, slot, n)[None],
                                    flat_A[None], has_tokens[None], clip_low=algo.clip_low,
-                                   clip_high=algo.clip_high, dual_clip=algo.dual_clip)
+                                   clip_high=clip if isinstance(clip, float) else clip[None],
+                                   dual_clip=algo.dual_clip)
     m = turn_mask.float()
     stats = {**cst, **{k: float(v) for k, v in ast.items()},
              "loss/critic": float(closs.detach()), "loss/critic_zero": float(zero), "loss/actor": float(aloss.detach()),
@@ -148,6 +158,24 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
     return {k: v / counts[k] for k, v in sums.items()}
+
+
+@torch.no_grad()
+def episode_logprobs(policy, episodes: list[ShadowEpisode], micro_batch_tokens: int = 4096) -> list[list[float]]:
+    """The actor's log-probs of each episode's action tokens under the current weights, without gradients (one
+    shadow forward per micro-batch, no values read): what self-navigating restates guided episodes' old
+    log-probs with."""
+    policy.model.eval()
+    dtype = next(policy.model.parameters()).dtype
+    out: dict[int, list[float]] = {}
+    for chunk in micro_batches(episodes, micro_batch_tokens):
+        logp, _, _ = forward_shadow(policy, collate_shadow(chunk, policy.pad_id, dtype, policy.device),
+                                    with_values=False)
+        flat, k = logp.float().cpu().tolist(), 0
+        for e in chunk:  # the batch's action tokens are in episode order
+            out[id(e)] = flat[k:k + len(e.target)]
+            k += len(e.target)
+    return [out[id(e)] for e in episodes]
 
 
 @torch.no_grad()
