@@ -26,24 +26,12 @@ from selfevolve.rewards.attribution import (ATTRIBUTION_EXAMPLE, ATTRIBUTION_SYS
                                             attribution_messages, judge_item, judge_steps, parse_step_judgments)
 from selfevolve.rewards.oracle import BAD, GOOD, Oracle, OracleMismatch, agreement, first_bad, lake_distances
 from selfevolve.types import Step, Task, Trajectory
+from credit_helpers import close, padded as _padded
 
 R3 = math.sqrt(3)
 
 
 # ---- the credit math ---------------------------------------------------------------------------------------------
-def close(x, expected, tol=1e-9):
-    torch.testing.assert_close(torch.as_tensor(x, dtype=torch.float64),
-                               torch.tensor(expected, dtype=torch.float64), atol=tol, rtol=0)
-
-
-def _padded(rows):
-    T = max(len(r) for r in rows)
-    x = torch.zeros(len(rows), T, dtype=torch.float64)
-    m = torch.zeros(len(rows), T, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        x[i, :len(r)] = torch.tensor(r, dtype=torch.float64)
-        m[i, :len(r)] = True
-    return x, m
 
 
 def test_group_zscore_weighs_each_trajectory_equally():

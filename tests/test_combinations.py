@@ -42,27 +42,13 @@ from selfevolve.objectives.credit import credit_batch, step_advantages
 from selfevolve.objectives.self_ac.critic import returns_minus_values
 from selfevolve.rewards.oracle import BAD, GOOD
 from selfevolve.types import Step, Task, Trajectory
+from credit_helpers import close, padded as _padded
 
 R3 = math.sqrt(3)
 TINY = ["model.name=tiny", "model.dtype=fp32", "train.tasks_per_step=2", "algo.group_size=4", "eval.episodes=2",
         "train.progress=false", "train.warm_start_steps=0", "train.eval_every=0", "eval.at_start=false",
         "agent.max_new_tokens=3"]
 LAKE = ["env.name=frozenlake", "env.size=3", "env.max_turns=3"]
-
-
-def close(x, expected, tol=1e-9):
-    torch.testing.assert_close(torch.as_tensor(x, dtype=torch.float64),
-                               torch.tensor(expected, dtype=torch.float64), atol=tol, rtol=0)
-
-
-def _padded(rows):
-    T = max(len(r) for r in rows)
-    x = torch.zeros(len(rows), T, dtype=torch.float64)
-    m = torch.zeros(len(rows), T, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        x[i, :len(r)] = torch.tensor(r, dtype=torch.float64)
-        m[i, :len(r)] = True
-    return x, m
 
 
 def _read(path):
