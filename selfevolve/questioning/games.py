@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, parse_moves, target_task
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, target_task
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.errors import SelfEvolveError
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord

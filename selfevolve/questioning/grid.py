@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Hashable, Iterable
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.lexical import jaccard
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.filters import FILTERS, Execution

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import MOVES, SokobanEnv
 from selfevolve.envs.games.sokoban_tasks import room_rows, room_task
 from selfevolve.questioning import grid
