@@ -21,7 +21,6 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sections belong to the config
-    _Section,
     LoraConfig,
     ModelConfig,
     EnvConfig,
@@ -45,6 +44,7 @@ from selfevolve.config_sections import (  # noqa: F401 - re-exported: the sectio
     EvalConfig,
     DistributedConfig,
 )
+from selfevolve.config_sections.base import _Section
 from selfevolve.errors import ConfigError, bounded, short_repr
 from selfevolve.untrusted import PlainLoader
 

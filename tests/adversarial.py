@@ -17,7 +17,7 @@ from selfevolve.agent.context import parse_decision
 from selfevolve.agent.parsing import parse_action, strip_think
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.games.frozenlake import MOVES as LAKE_MOVES
-from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import MOVES as BOX_MOVES
 from selfevolve.envs.tools.base import answers_match, parse_number
 from selfevolve.envs.tools.calls import CallError, ToolCall, ToolError, parse_tool_call

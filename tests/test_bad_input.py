@@ -77,7 +77,7 @@ ROWS = [
      0, ["held-out success", "(seed 18446744073709551615)"]),
     ("seed -2**63 runs", ["train", *RUN, "train.steps=1", "seed=-9223372036854775808", "train.out_dir={d}/r6"],
      0, ["held-out success", "(seed -9223372036854775808)"]),
-    # ---- generators: bounded attempts, impossible settings refused by name (envs/games/frozenlake.py) ---------------
+    # ---- generators: bounded attempts, impossible settings refused by name (envs/games/frozenlake*.py) --------------
     ("frozenlake with no path", ["train", *RUN, "env.size=6", "env.p_frozen=0.05", "train.out_dir={d}/r7"], 2,
      ["no map with a path", "p_frozen=0.05", "1000 draws"]),
     ("frozenlake of size 5000", ["train", *RUN, "env.size=5000"], 2, ["'size'", "from 2 to 16", "5000"]),

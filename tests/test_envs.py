@@ -14,7 +14,7 @@ from selfevolve.envs import (
     make_env,
     solve,
 )
-from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import parse_room
 from selfevolve.errors import ConfigError
 

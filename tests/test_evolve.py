@@ -20,7 +20,7 @@ from selfevolve.evolve.hindsight import write_tasks
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.loop import EvolveTrainer, share
 from selfevolve.evolve.pool import Entry, PoolTasks, TaskPool
-from selfevolve.questioning import grid
+from selfevolve.questioning import grid_tasks
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import FROZENLAKE_GAME, GameExploration
 from selfevolve.build import build_policy, build_prompt
@@ -84,7 +84,7 @@ def test_a_task_whose_reference_fails_is_dropped():
         {"query": "Walk to row 2, column 1.", "confidence": 1.0, "action_sequence": [{"name": "Down", "arguments": {}}]},
         {"query": "Walk to row 1, column 4.", "confidence": 1.0, "action_sequence": [{"name": "Right", "arguments": {}}]},
     ]
-    kept, counts = grid.check(FROZENLAKE_GAME, world, lambda: FrozenLakeEnv(split="train"),
+    kept, counts = grid_tasks.check(FROZENLAKE_GAME, world, lambda: FrozenLakeEnv(split="train"),
                               [(0, t) for t in bad + good], duplicate=0.8, seed_offset=10**6, name="frozenlake")
     assert len(kept) == 7 and counts["execution"] == 2 and sum(counts.values()) == 2
 

@@ -11,10 +11,11 @@ from selfevolve.envs.holdout import bucket
 from selfevolve.envs.profile import EnvProfile
 from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError, SelfEvolveError
-from selfevolve.questioning import grid
+from selfevolve.questioning import grid_tasks
 from selfevolve.questioning.explore import ExplorationRecord
-from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, EXAMPLE_QUERY, FROZENLAKE_GAME, WRITER_EXAMPLE,
-                                          GameExploration, execute, named_target, reached, template_tasks)
+from selfevolve.questioning.games import (BREADTH_HINT, DEPTH_HINT, FROZENLAKE_GAME, GameExploration, execute,
+                                          named_target, reached, template_tasks)
+from selfevolve.questioning.grid_tasks import EXAMPLE_QUERY, WRITER_EXAMPLE
 from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.synthesize import parse_tasks
 from selfevolve.train.evaluate import eval_env_options
@@ -136,7 +137,7 @@ def test_template_writer_on_a_hand_made_exploration():
     tasks = template_tasks(record, SEED0)
     assert tasks[2] == candidate("Walk from your start to row 2, column 3 without falling into a hole.",
                                  ["Right", "Right", "Down"])
-    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, t) for t in tasks],
+    kept, counts = grid_tasks.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, t) for t in tasks],
                               duplicate=0.8, seed_offset=1000, name="frozenlake")
     assert len(kept) == 3 and sum(counts.values()) == 0
     assert kept[2].goal == {"seed": 0, "map": SEED0, "target": [1, 2]} and kept[2].solution == ["Right", "Right", "Down"]
@@ -162,7 +163,7 @@ def test_execution_filter_replays_the_reference_on_a_fresh_lake():
              (1_000_000, candidate("Walk to row 1, column 2.", ["Right"])),  # an eval seed
              (0, candidate("Walk to row 3, column 3.", ["Right", "Right", "Down", "Down"])),  # a hole
              (0, candidate(EXAMPLE_QUERY, ["East", "South"]))]  # the worked example copied
-    kept, counts = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, cands, duplicate=0.8,
+    kept, counts = grid_tasks.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, cands, duplicate=0.8,
                               seed_offset=1_000_000, name="frozenlake")
     assert [k.goal["target"] for k in kept] == [[1, 2]]
     assert counts == {"unparseable": 0, "duplicate": 2, "empty_reference": 1, "held_out": 1, "execution": 1,
@@ -170,7 +171,7 @@ def test_execution_filter_replays_the_reference_on_a_fresh_lake():
 
 
 def test_writer_prompt_and_parsing():
-    messages = grid.writer_messages(FROZENLAKE_GAME, FROZENLAKE_PROFILE, "P _\n_ G",
+    messages = grid_tasks.writer_messages(FROZENLAKE_GAME, FROZENLAKE_PROFILE, "P _\n_ G",
                                     "1. Right\n   Result: row 1, column 2: ice", [], 2, 5, "start: row 1, column 1")
     assert "at most 5 moves" in messages[-1]["content"]
     assert "FrozenLake" not in json.dumps(WRITER_EXAMPLE) and "Right" not in json.dumps(WRITER_EXAMPLE)
@@ -203,7 +204,7 @@ def test_explore_frozenlake_end_to_end(tmp_path, writer, monkeypatch):
 def test_training_on_synthesized_frozenlake_tasks(tmp_path):
     path = tmp_path / "tasks.jsonl"
     walk = candidate("Walk to row 2, column 3.", ["Right", "Right", "Down"])
-    kept, _ = grid.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, walk)], duplicate=0.8,
+    kept, _ = grid_tasks.check(FROZENLAKE_GAME, FrozenLakeEnv(**OWN), FrozenLakeEnv, [(0, walk)], duplicate=0.8,
                          seed_offset=1_000_000, name="frozenlake")
     save_tasks(kept, str(path))
     out = tmp_path / "run"

@@ -16,7 +16,8 @@ from selfevolve.envs.profile import EnvProfile
 from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.questioning.explore import ExplorationRecord
-from selfevolve.questioning.grid import BREADTH_HINT, EXAMPLE_QUERY, WRITER_EXAMPLE, check, writer_messages
+from selfevolve.questioning.grid import BREADTH_HINT
+from selfevolve.questioning.grid_tasks import EXAMPLE_QUERY, WRITER_EXAMPLE, check, writer_messages
 from selfevolve.questioning.pipeline import run_questioning
 from selfevolve.questioning.sokoban import (DEPTH_HINT, SOKOBAN_GAME, SokobanExploration, execute, named_goal,
                                             template_tasks)

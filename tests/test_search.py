@@ -1,4 +1,4 @@
-"""Trajectory-search rollouts (selfevolve/rollout/search.py): snapshots, scorers, beam and lookahead choices,
+"""Trajectory-search rollouts (selfevolve/rollout/search/): snapshots, scorers, beam and lookahead choices,
 exact key/value-cache reuse across candidates and turns, and training with every strategy (tiny model, fp32)."""
 
 from __future__ import annotations

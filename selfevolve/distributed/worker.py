@@ -37,7 +37,7 @@ def lora_state(policy, values: bool = False) -> dict:
 
 
 def reads_values(cfg) -> bool:
-    """Whether the workers of ``cfg`` read state values: search's value scorer does (rollout/search.py)."""
+    """Whether the workers of ``cfg`` read state values: search's value scorer does (rollout/search/scoring.py)."""
     from selfevolve.rollout.search import SearchSpec
 
     return SearchSpec.from_config(cfg).needs_value

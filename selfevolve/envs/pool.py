@@ -46,7 +46,7 @@ class EnvPool:
         return self.envs[:n]
 
     def maker(self) -> Callable[[], TextEnv]:
-        """A factory for one batch (``rollout/search.py`` asks for its environments one by one): its k-th call
+        """A factory for one batch (``rollout/search/`` asks for its environments one by one): its k-th call
         returns the pool's k-th environment."""
         if not getattr(self.env_cls, "reusable", True):
             close_all(self.envs)

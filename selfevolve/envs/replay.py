@@ -1,6 +1,6 @@
 """Snapshots that always work: the environment's own, or a replay of the episode's moves.
 
-Search (``rollout/search.py``) branches a world by ``snapshot``/``restore``. The default snapshot deep-copies the
+Search (``rollout/search/``) branches a world by ``snapshot``/``restore``. The default snapshot deep-copies the
 environment, which fails for one that holds a live engine (``ctypes objects containing pointers cannot be
 pickled``, a socket, a Java process). An episode is a pure function of its seed and its actions (the protocol:
 the same seed gives the same start, and ``step`` is deterministic given the state), so such a world is restored

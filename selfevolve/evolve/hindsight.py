@@ -128,7 +128,7 @@ def write_tasks(cfg, env_cls, records: list[ExplorationRecord], policy, pool_key
             origin.setdefault((seed, t["query"]), writer)
         candidates += found
     if exploration is not None:
-        from selfevolve.questioning.grid import check
+        from selfevolve.questioning.grid_tasks import check
 
         kept, counts = check(exploration.game, world, lambda: make_env(env_cls, **options), candidates,
                              duplicate=q.duplicate, seed_offset=cfg.eval.seed_offset, name=env_cls.name)
@@ -171,7 +171,7 @@ def _llm_write(cfg, env_cls, exploration, options, world, useful, policy, log_di
     llm = LLM(q.llm, policy, log_dir=log_dir, max_new_tokens=q.max_new_tokens, dtype=cfg.model.dtype, seed=cfg.seed,
               api=cfg.llm_api)
     if exploration is not None:
-        from selfevolve.questioning.grid import llm_candidates
+        from selfevolve.questioning.grid_tasks import llm_candidates
 
         return llm_candidates(llm, exploration.game, env_cls, options, world, useful, q.tasks_per_exploration,
                               q.constrained)

@@ -1,6 +1,6 @@
 """The sampler: what rollouts and search ask of a model, and what one generation call returns.
 
-The rollout (``rollout/runner.py``), trajectory search (``rollout/search.py``), the training step's collection,
+The rollout (``rollout/runner.py``), trajectory search (``rollout/search/``), the training step's collection,
 evaluation and exploration depend on :class:`Sampler` and nothing more. The Hugging Face policy
 (``models/policy.Policy``: local transformers, a LoRA adapter, a hand-written decoding loop) is one
 implementation; a generation server or another engine would be another, and tests use a scripted one

@@ -1,5 +1,6 @@
 """Self-questioning in FrozenLake: explore a lake, write "reach cell (r, c)" tasks, keep those whose reference
-walk runs. What all grid games share is in ``grid.py``; FrozenLake's own pieces are here:
+walk runs. What all grid games share is in ``grid.py`` and ``grid_tasks.py``;
+FrozenLake's own pieces are here:
 
 - **exploration** (:class:`GameExploration`): a training seed's lake with no goal. Depth hint: on to a cell not
   visited yet. A fall into a hole (or reaching G, where the game also ends) ends the exploration; the cells
@@ -24,13 +25,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, parse_moves, target_task
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, target_task
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.errors import SelfEvolveError
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.filters import Execution
-from selfevolve.questioning.grid import (BREADTH_HINT, BREADTH_HINT_ANYWHERE, EXAMPLE_QUERY, PAIR,  # noqa: F401
-                                         ROW_COL, WRITER_EXAMPLE, GridExploration, GridGame, cell_text, erased_walks)
+from selfevolve.questioning.grid import (BREADTH_HINT, BREADTH_HINT_ANYWHERE, PAIR, ROW_COL,  # noqa: F401
+                                         GridExploration, GridGame, cell_text, erased_walks)
 
 BRIEF = ("There is no goal yet. Explore this lake: walk around to find out which cells are safe ice and where "
          "the holes are.")

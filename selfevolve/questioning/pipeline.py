@@ -116,8 +116,8 @@ def run_questioning(cfg, console=None) -> dict:
     q = cfg.questioning
     env_cls = world_of(cfg)
     exploration = game_of(env_cls)
-    if exploration is not None:  # a game: FrozenLake (games.py), Sokoban (sokoban.py), the rest in grid.py
-        from selfevolve.questioning.grid import run_grid_questioning
+    if exploration is not None:  # a game: FrozenLake (games.py), Sokoban (sokoban.py), the rest in grid*.py
+        from selfevolve.questioning.grid_tasks import run_grid_questioning
 
         return run_grid_questioning(cfg, env_cls, exploration, console)
     profile = env_cls.profile

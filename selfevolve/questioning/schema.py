@@ -10,7 +10,7 @@
   from the world, each call with that tool's required arguments (strings as JSON strings, integers as digits),
   the last call ``finish``.
 
-The grammars fix the format only; the filters (``filters.py``, ``grid.check``) still decide whether a task runs,
+The grammars fix the format only; the filters (``filters.py``, ``grid_tasks.check``) still decide whether a task runs,
 is grounded and verifies.
 """
 

@@ -1,6 +1,6 @@
 """Self-questioning in Sokoban: explore a room, write "stand on cell (r, c)" / "push the box to cell (r, c)" /
 "push the box onto the target" tasks, keep those whose reference runs. What all grid games share is in
-``grid.py``; Sokoban's own pieces are here:
+``grid.py`` and ``grid_tasks.py``; Sokoban's own pieces are here:
 
 - **exploration** (:class:`SokobanExploration`): a training seed's room with no goal. Depth hint: on to a cell
   not visited yet, or push the box somewhere new. Solving the room ends the exploration (the game ends there).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import parse_moves
+from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import MOVES, SokobanEnv
 from selfevolve.envs.games.sokoban_tasks import room_rows, room_task
 from selfevolve.questioning import grid

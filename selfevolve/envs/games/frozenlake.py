@@ -1,91 +1,27 @@
 """FrozenLake as a text world: walk from the top-left corner to the goal without falling into a hole.
 
 The rules and the (optionally slippery) dynamics are gymnasium's ``FrozenLakeEnv``; this module adds the text
-interface: a compact grid observation, action parsing that never raises, several moves per turn, exact
-snapshots (including the slippery RNG) and a progress heuristic.
+interface: a compact grid observation, action parsing that never raises (``moves.py``, shared with Sokoban),
+several moves per turn, exact snapshots (including the slippery RNG) and a progress heuristic. Its maps are drawn
+in ``frozenlake_maps.py``.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
-import string
 from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
-from gymnasium.envs.toy_text.frozen_lake import is_valid
-from gymnasium.utils import seeding
 
 from selfevolve.envs.base import StepResult, TextEnv
+from selfevolve.envs.games.frozenlake_maps import MAX_SIZE, check_drawable, gym_seed, map_key, random_map
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
 from selfevolve.envs.games.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
 from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.games.moves import answer_format, error_line, parse_moves
 from selfevolve.envs.holdout import draw, split_bucket
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
-from selfevolve.untrusted import too_long
-
-_STRIP = string.punctuation + string.whitespace + "\"'`*«»“”‘’"
-_SPLIT = re.compile(r"[\s,;]+")
-
-
-def parse_moves(text: Any, names: tuple[str, ...], k: int) -> list[str] | None:
-    """Parse an action text into 1..k move names (canonical spelling), or None when it is invalid.
-
-    Case-insensitive; moves are separated by spaces, commas or semicolons; punctuation around a move
-    ("Left.", "*Up*") is tolerated. Empty text, an unknown word, more than ``k`` moves or a text longer than
-    ``MAX_ACTION_CHARS`` give None. Never raises.
-    """
-    if not isinstance(text, str) or too_long(text):
-        return None
-    lookup = {n.lower(): n for n in names}
-    out: list[str] = []
-    for token in _SPLIT.split(text.strip()):
-        token = token.strip(_STRIP)
-        if not token:
-            continue
-        name = lookup.get(token.lower())
-        if name is None:
-            return None
-        out.append(name)
-    if not out or len(out) > k:
-        return None
-    return out
-
-
-def answer_format(names: tuple[str, ...], k: int) -> str:
-    """The answer-format sentence used in instructions and error lines."""
-    if k == 1:
-        return f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}."
-    return f"Answer with 1 to {k} moves separated by spaces, each one of: {', '.join(names)}."
-
-
-def error_line(names: tuple[str, ...], k: int) -> str:
-    """The one-line message that precedes the grid after an invalid answer."""
-    if k == 1:
-        return f"Invalid action. Answer with one of: {', '.join(names)}."
-    return f"Invalid action. Answer with 1 to {k} moves separated by spaces, each one of: {', '.join(names)}."
-
-
-def _seed(seed: Any) -> int:
-    return int(seed) % (2**63)  # gymnasium wants a non-negative int
-
-
-MAX_SIZE = 16  # a larger map no longer reads as a text observation (and 5000 would take minutes to draw)
-MAP_DRAWS = 1000  # boards drawn for one map before the settings are refused
-
-
-def random_map(size: int, p_frozen: float, seed: int) -> list[str]:
-    """A random map with a path from S to G: gymnasium's ``generate_random_map`` draws (same seed, same map), but
-    bounded: after ``MAP_DRAWS`` boards without a path the settings are refused instead of drawing forever."""
-    rng, _ = seeding.np_random(seed)
-    for _ in range(MAP_DRAWS):
-        board = rng.choice(["F", "H"], (size, size), p=[p_frozen, 1 - p_frozen])
-        board[0][0], board[-1][-1] = "S", "G"
-        if is_valid(board, size):
-            return ["".join(row) for row in board]
-    raise ConfigError(f"frozenlake: no map with a path to the goal in {MAP_DRAWS} draws at size={size}, "
-                      f"p_frozen={p_frozen}; raise p_frozen or use a smaller map")
 
 
 # A fixed hand-written map for the few-shot examples (not generated from any seed).
@@ -184,7 +120,7 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         self.split, self.tasks_file = split, str(tasks_file or "")
         self.synth_tasks, self.ordinary = split_tasks(split, self.tasks_file)
         if self.ordinary:  # settings that cannot draw a map (of this split) are refused now, not at the first reset
-            _check_drawable(size, self.p_frozen, split_bucket(split))
+            check_drawable(size, self.p_frozen, split_bucket(split))
         self.task: Task | None = None  # the synthesized task being played (None: the ordinary game)
         self.target: tuple[int, int] | None = None
         self.instructions = self._instructions()
@@ -213,8 +149,8 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         if task is not None:
             return self.play(task)
         # the split is by content: a seed whose map is not of this env's split redraws (envs/holdout.py)
-        seed, desc = draw(_seed(seed), split_bucket(self.split),
-                          lambda s: (_seed(s), random_map(self.size, self.p_frozen, _seed(s))),
+        seed, desc = draw(gym_seed(seed), split_bucket(self.split),
+                          lambda s: (gym_seed(s), random_map(self.size, self.p_frozen, gym_seed(s))),
                           key=lambda item: map_key(item[1]), what=f"frozenlake size={self.size} p_frozen={self.p_frozen}")
         return self.load(desc, seed=seed)
 
@@ -243,7 +179,7 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
             desc = [row.strip() for row in desc.strip().splitlines() if row.strip()]
         self.desc = [str(row) for row in desc]
         self._gym = _GymFrozenLake(desc=self.desc, is_slippery=self.slippery)
-        self._gym.reset(seed=_seed(seed))
+        self._gym.reset(seed=gym_seed(seed))
         self.done = False
         self.task, self.target = None, None
         return self.render()
@@ -409,23 +345,6 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         self._gym.lastaction = snapshot["lastaction"]
         self._gym.np_random.bit_generator.state = snapshot["rng"]
         self.done = bool(snapshot["done"])
-
-
-_DRAWABLE: set[tuple] = set()  # settings already shown to draw a map, per process
-
-
-def _check_drawable(size: int, p_frozen: float, bucket: str | None) -> None:
-    """Draw seed 0's map once per setting (a few boards for any sensible one): raises the generator's named
-    error at construction for settings with no map, or none of this split (``envs/holdout.py``)."""
-    if (size, p_frozen, bucket) not in _DRAWABLE:
-        draw(0, bucket, lambda s: random_map(size, p_frozen, _seed(s)), key=map_key,
-             what=f"frozenlake size={size} p_frozen={p_frozen}")
-        _DRAWABLE.add((size, p_frozen, bucket))
-
-
-def map_key(desc: list[str]) -> str:
-    """A map's content key: its rows in gymnasium's letters."""
-    return "/".join(desc)
 
 
 def _examples(k: int, hints: bool = False) -> list[tuple[str, str]]:

