@@ -9,7 +9,9 @@ of the update's, for SmolLM2-135M) for one elementwise function per layer; the r
 operations on the same inputs, so values and gradients are bit for bit those of the plain forward (tested). The
 profile is in docs/benchmarks.md, "Memory of the default run".
 
-The matrix products ``gate(x)`` and ``up(x)`` are not recomputed: they are three quarters of a layer's work.
+The matrix products ``gate(x)`` and ``up(x)`` are not recomputed: they are three quarters of a layer's work. The
+tree's attention is recomputed the same way (``models/tree_attention.py``). :data:`ENABLED` set to False keeps
+every activation instead, as before 2026-11-26 (``benchmarks/bench_memory.py`` compares the two).
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 MLP_PARTS = ("gate_proj", "up_proj", "down_proj", "act_fn")
+ENABLED = True  # False: nothing recomputed, every activation kept (for measuring what the recomputation saves)
+
+
+def recomputing(*tensors: torch.Tensor) -> bool:
+    """Whether a part with these inputs is to be recomputed in the backward: gradients are on, one of them needs
+    one, and :data:`ENABLED`."""
+    return ENABLED and torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _gated(act, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -30,7 +39,7 @@ def _gated(act, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
     """A gated MLP's forward (transformers' ``LlamaMLP`` and its kin) with the product recomputed in the backward."""
     gate, up = self.gate_proj(x), self.up_proj(x)
-    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+    if recomputing(gate, up):
         return self.down_proj(checkpoint(_gated, self.act_fn, gate, up, use_reentrant=False,
                                          preserve_rng_state=False))
     return self.down_proj(_gated(self.act_fn, gate, up))
