@@ -16,6 +16,7 @@ the model loaded, then ``--reps`` × (nll, ppo). Reported: each update's wall ti
 ratio, and each process's peak resident memory (``ru_maxrss``) with its value after loading the model.
 
     python benchmarks/bench_memory.py --reps 3
+    python benchmarks/bench_memory.py --reps 2 --tasks 8   # a smaller batch: less memory for the before way
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
-def worker(way: str, reps: int) -> dict:
+def worker(way: str, reps: int, n_tasks: int | None) -> dict:
     """One way's updates in this process; its times and peak memory."""
     import torch
 
@@ -57,7 +58,7 @@ def worker(way: str, reps: int) -> dict:
     loaded = rss_gb()
     env_cls = ENVS[cfg.env.name]
     builder = build_prompt(cfg, policy, make_env(env_cls))
-    tasks = SeedTasks(cfg.env.name, seed=cfg.seed).next(cfg.train.warm_start_tasks)
+    tasks = SeedTasks(cfg.env.name, seed=cfg.seed).next(n_tasks or cfg.train.warm_start_tasks)
     trajs = expert_episodes(env_cls, {}, tasks, builder, policy.tokenizer)
     draw = random.Random(0)
     nll_rows = build_rows(trajs, [0.0] * len(trajs))
@@ -81,12 +82,15 @@ def worker(way: str, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=None, help="expert episodes in the batch (default: the warm "
+                    "start's, train.warm_start_tasks)")
     ap.add_argument("--worker", choices=WAYS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.reps)))
+        print(json.dumps(worker(args.worker, args.reps, args.tasks)))
         return
-    procs = {way: subprocess.Popen([sys.executable, __file__, "--worker", way, "--reps", str(args.reps)],
+    extra = ["--tasks", str(args.tasks)] if args.tasks else []
+    procs = {way: subprocess.Popen([sys.executable, __file__, "--worker", way, "--reps", str(args.reps), *extra],
                                    stdout=subprocess.PIPE, env=os.environ.copy()) for way in WAYS}
     out = {}
     for way, proc in procs.items():
