@@ -9,7 +9,7 @@ micro-batches also bounded by ``algo.micro_batch_gb``.
 The batch: the default warm start's first step (``train.warm_start_tasks`` = 16 expert FrozenLake episodes from
 the training seeds, as the trainer makes them), through the trainer's ``ppo_update``: once as the warm start runs
 it (``nll``), once as an RL update would (``ppo``, advantages drawn from N(0, 1) with a fixed seed, old
-log-probs 0). The learning rate is 0, so every repetition sees the same weights.
+log-probs 0). The optimizer's learning rate is 0, so every repetition sees the same weights.
 
 Each way runs in a process of its own, the two at the same time (side by side: the same machine load for both):
 the model loaded, then ``--reps`` × (nll, ppo). Reported: each update's wall time, the median of each, their
@@ -52,7 +52,7 @@ def worker(way: str, reps: int, n_tasks: int | None) -> dict:
     from selfevolve.tasks.source import SeedTasks
     from selfevolve.train.warm_start import expert_episodes
 
-    cfg = load_config(overrides=["algo.lr=0"] + (["algo.micro_batch_gb=null"] if way == "before" else []))
+    cfg = load_config(overrides=["algo.micro_batch_gb=null"] if way == "before" else [])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
     loaded = rss_gb()
