@@ -42,7 +42,6 @@ UPDATE_MMAP_THRESHOLD = 1024 * 1024  # in the update: blocks from 1 MiB up that 
 
 _applied: bool | None = None
 _mallopt = None
-_depth = 0  # heap_not_grown_by_large_blocks blocks open (the cache's buffers are made inside the update's too)
 
 
 def keep_freed_memory() -> bool:
@@ -78,16 +77,11 @@ def heap_not_grown_by_large_blocks():
     """Within the block (the update's forwards and backwards), blocks of ``UPDATE_MMAP_THRESHOLD`` or more that no
     free chunk of the heap fits are mmapped instead of growing the heap (see the module's text). Nothing changes
     where the settings above are not in force."""
-    global _depth
     if not _applied or _mallopt is None:
         yield
         return
-    if _depth == 0:
-        _mallopt(M_MMAP_THRESHOLD, UPDATE_MMAP_THRESHOLD)
-    _depth += 1
+    _mallopt(M_MMAP_THRESHOLD, UPDATE_MMAP_THRESHOLD)
     try:
         yield
     finally:
-        _depth -= 1
-        if _depth == 0:
-            _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)

@@ -25,8 +25,6 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from selfevolve.models.allocator import heap_not_grown_by_large_blocks
-
 MIN_SPARE = 64  # positions added at least when a buffer grows: a turn's decode steps then fit without a copy
 
 
@@ -39,27 +37,17 @@ def grown_capacity(needed: int) -> int:
     return needed + max(needed // 2, MIN_SPARE)
 
 
-def _buffer(like: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """An empty buffer of ``shape`` like ``like``, which does not grow the heap when none of its free chunks fits
-    (``models/allocator.py``): a buffer the cache outgrows is then handed back to the system when it is freed,
-    instead of staying in the heap, where the next, larger buffer would not fit it. In the evaluation at the start
-    of the default run (64 episodes of 8 turns, 770 cached positions a row at the end) the heap kept the outgrown
-    buffers, 1.3 GB, beside the 2.4 GB of the grown ones (docs/benchmarks.md, "Memory of the default run")."""
-    with heap_not_grown_by_large_blocks():
-        return like.new_empty(shape)
-
-
 def _append(buf: torch.Tensor, n: int, new: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Write ``new`` [B, H, m, D] after the ``n`` filled positions of ``buf`` [B, H, cap, D]; a new buffer when
     it does not fit (or when ``buf`` holds nothing yet). Returns the buffer and its filled length."""
     m = new.shape[-2]
     if buf.dim() != 4 or n == 0:
-        buf = _buffer(new, (*new.shape[:-2], grown_capacity(m), new.shape[-1]))
+        buf = new.new_empty(*new.shape[:-2], grown_capacity(m), new.shape[-1])
     elif buf.shape[:2] != new.shape[:2] or buf.shape[-1] != new.shape[-1]:
         # torch.cat would refuse; a slice copy would broadcast one row into all of them
         raise ValueError(f"cannot append keys/values of shape {tuple(new.shape)} to a cache of {tuple(buf.shape)}")
     elif n + m > buf.shape[-2]:
-        grown = _buffer(buf, (*buf.shape[:-2], grown_capacity(n + m), buf.shape[-1]))
+        grown = buf.new_empty(*buf.shape[:-2], grown_capacity(n + m), buf.shape[-1])
         grown[:, :, :n].copy_(buf[:, :, :n])
         buf = grown
     buf[:, :, n: n + m].copy_(new)
@@ -73,7 +61,7 @@ def _rows_with_room(buf: torch.Tensor, n: int, rows: torch.Tensor) -> torch.Tens
     Under autograd (the update's cache) a plain ``index_select``: ``out=`` has no gradient."""
     if torch.is_grad_enabled() and buf.requires_grad:
         return buf[:, :, :n].index_select(0, rows)
-    out = _buffer(buf, (len(rows), *buf.shape[1:]))
+    out = buf.new_empty(len(rows), *buf.shape[1:])
     torch.index_select(buf[:, :, :n], 0, rows, out=out[:, :, :n])
     return out
 
