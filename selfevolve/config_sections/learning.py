@@ -78,6 +78,13 @@ class AlgoConfig(_Section):
         "keeps; forwards of rows without a shared prefix count padded tokens. An episode longer than this is one "
         "chunk on its own (a sequence is never split).",
     )
+    micro_batch_gb: float | None = Field(
+        2.5,
+        gt=0,
+        description="Memory a micro-batch's activations may take in a training forward and backward, in GB "
+        "(estimated from the model's sizes: objectives/memory.py); it lowers micro_batch_tokens for large models. "
+        "null: micro_batch_tokens alone.",
+    )
     # the ratio is clipped below at 1 - clip_low: at 1 or more that bound is 0 or negative, which a ratio never is
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio lower clip epsilon (the ratio's floor is "
                             "1 - clip_low, so below 1).")

@@ -13,6 +13,14 @@ own tokens, right-padded to the group's longest) against its keys (the prefix, i
 padded likewise), with an additive mask that hides the padding and the own segment's future. The queries, keys
 and values of all groups are gathered from the packed sequence by one ``index_select`` each (whose backward is one
 ``index_add``; the keys shared by several nodes add up their gradients there) and split into the groups.
+
+Memory (2026-11-26): kept for the backward, the gathered copies, each group's output and the attention's
+statistics took 1.3 GB of the 3.2 GB the update's forward kept for 2,136 tokens of SmolLM2-135M (the keys of
+every node repeat its ancestors'). In a training forward the attention therefore runs under
+:func:`torch.utils.checkpoint.checkpoint`: only ``q``, ``k`` and ``v`` are kept, and the gathers and the fused
+attention run again in the backward (a fifth of a layer's work or less; the matrix products are not repeated).
+The same operations on the same inputs: values and gradients are bit for bit the same (tested). The profile is
+in docs/benchmarks.md, "Memory of the default run".
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
+
+from selfevolve.models.recompute import recomputed_gates, recomputing
 
 NAME = "selfevolve_tree"
 KWARG = "selfevolve_tree"  # the keyword the plan travels under, from the model's forward down to attention
@@ -65,6 +76,17 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
             raise RuntimeError(f"tree attention cannot stand in for attention with {feature}: this model's rows "
                                "must be encoded plainly (prefix_sharing.encode_rows checks supports_tree)")
     q, k, v = query[0], key[0], value[0]
+    if recomputing(q, k, v):
+        # Kept for the backward: only q, k and v; the gathered copies, the scores' statistics and the outputs are
+        # recomputed from them (see the module's text, "Memory")
+        out = checkpoint(_attend, q, k, v, plan, scaling, use_reentrant=False, preserve_rng_state=False)
+    else:
+        out = _attend(q, k, v, plan, scaling)
+    return out[None], None
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, scaling) -> torch.Tensor:
+    """The tree's attention of ``q [H, T, D]`` over ``k``, ``v [Hkv, T, D]``: ``[T, H, D]``."""
     H, _, D = q.shape
     # CPU: torch's fused kernel reads grouped key/value heads as they are. CUDA: its fused kernels take a mask
     # only with the heads repeated (models/compat.py, prefer_grouped_attention).
@@ -86,7 +108,7 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
             vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask, scale=scaling,
             enable_gqa=grouped)
         outs.append(out.transpose(1, 2).reshape(g.m * g.S, H, D))
-    return torch.cat([first, torch.cat(outs).index_select(0, plan.real)])[None], None
+    return torch.cat([first, torch.cat(outs).index_select(0, plan.real)])
 
 
 AttentionInterface.register(NAME, tree_attention)
@@ -113,6 +135,6 @@ def _implementation(config, name: str):
 def tree_forward(body, ids: torch.Tensor, positions: torch.Tensor, plan: TreePlan) -> torch.Tensor:
     """The decoder ``body``'s last hidden states ``[T, hidden]`` of the packed ``ids [T]`` at ``positions [T]``,
     attending as ``plan`` says."""
-    with _implementation(body.config, NAME):
+    with _implementation(body.config, NAME), recomputed_gates(body):
         out = body(input_ids=ids[None], position_ids=positions[None], use_cache=False, **{KWARG: plan})
     return out.last_hidden_state[0]

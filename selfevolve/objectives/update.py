@@ -25,12 +25,21 @@ import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
 from selfevolve.errors import SelfEvolveError
+from selfevolve.models.allocator import heap_not_grown_by_large_blocks
+from selfevolve.objectives.memory import micro_batch_bound
 from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
                                            shared_prefix_len)
 
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
                vf_coef: float = 0.5, vf_clip: float | None = 0.2, extra=None) -> dict[str, float]:
+    """Run :func:`_update` with the heap not grown by the forwards' large blocks (``models/allocator.py``)."""
+    with heap_not_grown_by_large_blocks():
+        return _update(policy, optimizer, rows, algo, rng, objective, vf_coef, vf_clip, extra)
+
+
+def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
+            vf_coef: float = 0.5, vf_clip: float | None = 0.2, extra=None) -> dict[str, float]:
     """Run ``algo.epochs`` × ``algo.minibatches`` optimizer steps over ``rows``; return averaged metrics.
 
     ``objective="nll"`` trains the same rows by maximum likelihood instead (the behaviour-cloning warm start).
@@ -45,6 +54,8 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
     sums: dict[str, float] = {}
     count = 0
     params = policy.trainable_parameters()
+    # a micro-batch's tokens: also bounded by the memory their activations take (objectives/memory.py)
+    bound = micro_batch_bound(policy.model, algo.micro_batch_tokens, algo.micro_batch_gb)
     # The model stays in eval mode: gradients flow all the same, and no dropout makes the recomputed log-probs
     # differ from the ones that sampled.
     policy.model.eval()
@@ -59,7 +70,7 @@ def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, obj
             for p in params:
                 p.grad = torch.zeros_like(p)
             st_mb["loss/policy"] = 0.0
-        for chunk in micro_batches(run, algo.micro_batch_tokens, shared_prefix_len(run), grouped=True) if run else []:
+        for chunk in micro_batches(run, bound, shared_prefix_len(run), grouped=True) if run else []:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
             P, cuts = shared_prefix_len(chunk), [turn_cuts(r) for r in chunk]
             logp, ent, values = policy.forward_rows(

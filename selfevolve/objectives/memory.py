@@ -1,0 +1,36 @@
+"""How many tokens one micro-batch of the update may encode: a bound from the memory its activations take.
+
+``algo.micro_batch_tokens`` bounds a micro-batch in tokens, whatever the model. What a token costs in memory
+depends on the model: its backward keeps, per encoded token and decoder layer, a few vectors of the hidden
+size (the norms' inputs and outputs, the adapters' inputs, queries, keys and values) and two of the MLP's width
+(``models/recompute.py``), and it needs about as much again for the gradients and temporaries while it runs.
+So the bound is also ``algo.micro_batch_gb`` divided by :func:`activation_bytes_per_token`, an estimate from the
+model's sizes:
+
+    bytes per token = layers × (12 × hidden + 4 × intermediate) × bytes per number
+
+For SmolLM2-135M in fp32 (30 layers, hidden 576, MLP 1,536) that is 1.57 MB, above the 1.05-1.45 MB measured
+as the peak above the loaded model over the forward and backward of warm-start batches of 1,290 and 2,136 tokens
+(docs/benchmarks.md, "Memory of the default run"): the default 2.5 GB allows 1,595 (tokens and cached positions
+counted as ``micro_batches`` counts them). For the tests' tiny model a token costs a few kilobytes, so
+``micro_batch_tokens`` alone bounds it.
+"""
+
+from __future__ import annotations
+
+
+def activation_bytes_per_token(layers: int, hidden: int, intermediate: int, bytes_per_number: int) -> int:
+    """The estimate above: memory of one encoded token's activations over the update's forward and backward."""
+    return layers * (12 * hidden + 4 * intermediate) * bytes_per_number
+
+
+def micro_batch_bound(model, micro_batch_tokens: int, micro_batch_gb: float | None) -> int:
+    """The tokens a micro-batch of ``model``'s update may encode: ``micro_batch_tokens``, and no more than
+    ``micro_batch_gb`` of activations (None: no memory bound)."""
+    if micro_batch_gb is None:
+        return micro_batch_tokens
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    per_token = activation_bytes_per_token(config.num_hidden_layers, config.hidden_size,
+                                           getattr(config, "intermediate_size", 4 * config.hidden_size),
+                                           next(model.parameters()).element_size())
+    return max(1, min(micro_batch_tokens, int(micro_batch_gb * 1e9 // per_token)))
