@@ -308,8 +308,11 @@ def main(argv=None) -> None:
         plan_file.write_text(json.dumps(make_plan(args, work)))
         pythons = {"selfevolve": sys.executable, "trl": args.peer_python}
         regimes = args.regimes.split(",")
-        settings = [(r, int(t)) for r in regimes if r != "frozenlake" for t in args.tokens.split(",")]
-        settings += [("frozenlake", args.frozenlake_tokens)] if "frozenlake" in regimes else []
+        # token budgets in the order given (the smaller first: less memory), FrozenLake after its own budget's
+        settings = [(r, int(t)) for t in args.tokens.split(",") for r in regimes if r != "frozenlake"]
+        if "frozenlake" in regimes:
+            at = sum(t <= args.frozenlake_tokens for _, t in settings)
+            settings.insert(at, ("frozenlake", args.frozenlake_tokens))
         for regime, tokens in settings:
             res = {s: [] for s in sides}
             for rnd in range(args.rounds):  # alternate: selfevolve first in even rounds, TRL first in odd ones
@@ -317,6 +320,8 @@ def main(argv=None) -> None:
                     r = launch(pythons[side], side, regime, tokens, plan_file, work, args)
                     res[side].append(r)
                     all_results.append({"side": side, "regime": regime, "tokens": tokens, "round": rnd, **r})
+                    if args.json:  # after every process: a run stopped part way keeps what it measured
+                        Path(args.json).write_text(json.dumps(all_results, indent=1))
             line = {}
             for side in sides:
                 rows = res[side]
@@ -333,8 +338,6 @@ def main(argv=None) -> None:
                       f"{line['trl']['rollout'] / line['selfevolve']['rollout']:.2f}x, update "
                       f"{line['trl']['update'] / line['selfevolve']['update']:.2f}x)", flush=True)
                 summary.append(f"{regime}{tokens}={ratio:.2f}x")
-    if args.json:
-        Path(args.json).write_text(json.dumps(all_results, indent=1))
     print("SUMMARY selfevolve vs TRL step rate: " + (" ".join(summary) or "one side only"))
 
 
