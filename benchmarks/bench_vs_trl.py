@@ -2,7 +2,8 @@
 
 Each optimizer step consumes 4 prompts x 8 sampled completions on both sides: selfevolve through its public API
 (``selfevolve.Trainer(cfg, env=DigitGuess).train_step()``: its rollout sampler, GRPO credit and PPO-clip update),
-TRL 1.16 through ``GRPOTrainer.train()`` with ``steps_per_generation=1`` and ``num_iterations=1``. The model is
+TRL 1.16 through ``GRPOTrainer.train()`` with ``steps_per_generation=1`` and ``num_iterations=1``, its other
+settings its defaults (gradient checkpointing on; ``--no-trl-grad-ckpt`` turns it off). The model is
 SmolLM2-135M-Instruct in fp32 (the folder selfevolve converts from the embedded GGUF; both load that folder),
 LoRA r 16, alpha 32, no dropout, on q/k/v/o. The prompt is selfevolve's chat for the task (system rules, one
 example turn, the task), given to TRL as the same messages; both sides print the prompt's token count.
@@ -188,7 +189,7 @@ def worker(args) -> None:
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------------
-NEED_GB = {"selfevolve": 4.5, "trl": 9.0}  # a little above each side's peak RSS at 32 tokens (issue 43)
+NEED_GB = {"selfevolve": 4.5, "trl": 9.0, "trl_ckpt": 5.0}  # a little above each side's peak RSS at 32 tokens
 
 
 def available_gb() -> float:
@@ -210,10 +211,12 @@ def wait_for_memory(need: float) -> None:
 def launch(python: str, side: str, regime: str, tokens: int, plan_file: Path, work: Path, args) -> dict:
     result = work / f"{side}-{regime}-{tokens}-{time.monotonic_ns()}.json"
     cmd = [python, __file__, "--worker", "--side", side, "--regime", regime, "--tokens", str(tokens),
-           "--plan", str(plan_file), "--result", str(result)] + (["--trl-grad-ckpt"] if args.trl_grad_ckpt else [])
+           "--plan", str(plan_file), "--result", str(result), "--trl-grad-ckpt" if args.trl_grad_ckpt else
+           "--no-trl-grad-ckpt"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads),
            "MKL_NUM_THREADS": str(args.threads), "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    need = NEED_GB[side] * (0.45 if args.model == "tiny" else 1.0 if tokens > 8 else 0.75)
+    need = NEED_GB[side] if side == "selfevolve" or not args.trl_grad_ckpt else NEED_GB["trl_ckpt"]
+    need *= 0.45 if args.model == "tiny" else 1.0 if tokens > 8 else 0.75
     for attempt in range(3):  # the OOM killer picks a worker first (oom_score_adj): wait for memory and rerun it
         wait_for_memory(need)
         t0 = time.perf_counter()
@@ -259,8 +262,9 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of both sides")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sides", default="selfevolve,trl")
-    p.add_argument("--trl-grad-ckpt", action="store_true", help="TRL's default gradient checkpointing on (off: "
-                   "both sides compute the same forward and backward)")
+    p.add_argument("--trl-grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
+                   help="TRL's gradient checkpointing, on by default in GRPOConfig (--no-trl-grad-ckpt: off, the "
+                   "same forward and backward as selfevolve, at more memory)")
     p.add_argument("--check-tools", action="store_true", help="only: does TRL's tool loop take SmolLM2's template?")
     p.add_argument("--json", help="write every measurement here")
     # the worker's own options (one side, one setting)
@@ -300,7 +304,8 @@ def main(argv=None) -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, "
           f"trl {trl_version}; model {args.model} fp32, LoRA r16 a32 q/k/v/o; {PROMPTS_PER_STEP} prompts x {GROUP} "
           f"per step; OMP_NUM_THREADS={args.threads}; {args.rounds} processes x {args.steps} steps (+{args.warmup} "
-          f"warm-up) per side and setting; load {os.getloadavg()[0]:.1f}", flush=True)
+          f"warm-up) per side and setting; TRL gradient checkpointing "
+          f"{'on (its default)' if args.trl_grad_ckpt else 'off'}; load {os.getloadavg()[0]:.1f}", flush=True)
     all_results, summary = [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
