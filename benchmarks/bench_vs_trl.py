@@ -8,9 +8,10 @@ SmolLM2-135M-Instruct in fp32 (the folder selfevolve converts from the embedded 
 LoRA r 16, alpha 32, no dropout, on q/k/v/o. The prompt is selfevolve's chat for the task (system rules, one
 example turn, the task), given to TRL as the same messages; both sides print the prompt's token count.
 
-Two rewards on the same guessing task ("guess my secret digit, 0-9"):
-- sparse: 1 when the reply's first digit is the secret, else 0 -- most groups of 8 get no reward spread;
-- dense: TRL's quickstart length reward, -|20 - len(reply)| / 20 -- every group has a spread.
+Two rewards on the same guessing game ("guess my secret digit, 0-9"):
+- sparse: the reply is one digit; 1 when it is the secret, else 0 -- most groups of 8 get no reward spread;
+- dense: the reply is a digit and a reason; TRL's quickstart length reward, -|20 - len(reply)| / 20 -- replies
+  of different lengths, so every group has a spread (the share without is printed).
 Each at 8 and 32 reply tokens. Every measurement is its own subprocess (a clean peak RSS, the model loaded
 fresh); the two libraries alternate, ``--rounds`` times per setting, the first ``--warmup`` steps of each process
 not counted. Printed: per-step medians of rollout, update and total, TRL's total over selfevolve's, each side's
@@ -51,8 +52,14 @@ LR = 2e-4  # selfevolve's default algo.lr, given to TRL too (TRL's own default i
 FROZENLAKE = {"max_turns": 3}  # the multi-turn comparison: selfevolve's default FrozenLake (4x4), 3 turns
 
 # ---- the task, shared by both sides (plain Python: the TRL process imports no selfevolve) -----------------------
-INSTRUCTIONS = "We play a guessing game. I think of a secret digit from 0 to 9. Answer with one digit."
-EXAMPLES = [("Round 1000: guess my secret digit (0-9).", "4")]
+# Each regime's rules and example turn. Asked for one digit, the model's replies have nearly all the same length
+# (a group of 8 single digits has no spread under the length reward), so the dense regime asks for a reason too.
+RULES = "We play a guessing game. I think of a secret digit from 0 to 9."
+TASKS = {
+    "sparse": (f"{RULES} Answer with one digit.", [("Round 1000: guess my secret digit (0-9).", "4")]),
+    "dense": (f"{RULES} Guess it and say in a few words why.",
+              [("Round 1000: guess my secret digit (0-9).", "4, because it is my lucky digit.")]),
+}
 
 
 def observation(seed: int) -> str:
@@ -85,14 +92,14 @@ def digit_guess_env():
 
     class DigitGuess(TextEnv):
         name = "digit_guess"
-        instructions = INSTRUCTIONS
-        examples = EXAMPLES
+        instructions, examples = TASKS["sparse"]
         max_turns = 1
 
         def __init__(self, reward: str = "sparse"):
-            if reward not in ("sparse", "dense"):
+            if reward not in TASKS:
                 raise ValueError(f"reward must be sparse or dense, got {reward!r}")
             self.regime, self.seed = reward, 0
+            self.instructions, self.examples = TASKS[reward]
 
         def reset(self, seed: int) -> str:
             self.seed = seed
@@ -128,8 +135,10 @@ def make_plan(args, work: Path) -> dict:
         se_model, trl_model = "smollm2-135m", str(smollm2_path())
     n = PROMPTS_PER_STEP * (args.warmup + args.steps)
     seeds = [t.seed for t in SeedTasks(digit_guess_env().name, seed=args.seed).next(n)]
-    builder = PromptBuilder(None, instructions=INSTRUCTIONS, examples=list(EXAMPLES))  # build_prompt's defaults
-    tasks = [{"seed": s, "messages": builder.messages([observation(s)], [])} for s in seeds]
+    tasks = {}
+    for regime, (rules, examples) in TASKS.items():
+        builder = PromptBuilder(None, instructions=rules, examples=list(examples))  # build_prompt's defaults
+        tasks[regime] = [{"seed": s, "messages": builder.messages([observation(s)], [])} for s in seeds]
     return {"se_model": se_model, "trl_model": trl_model, "tasks": tasks, "fl_tasks": frozenlake_tasks(args.seed, n),
             "seed": args.seed, "warmup": args.warmup, "steps": args.steps}
 
@@ -162,7 +171,7 @@ def run_selfevolve(plan: dict, regime: str, tokens: int, out_dir: Path) -> dict:
     ])
     env = None if regime == "frozenlake" else digit_guess_env()  # frozenlake: the built-in env.name default
     trainer = Trainer(cfg, env=env, console=Console(stderr=True, quiet=True))
-    tasks = plan["fl_tasks" if regime == "frozenlake" else "tasks"]
+    tasks = plan["fl_tasks"] if regime == "frozenlake" else plan["tasks"][regime]
     prompt_tokens = len(trainer.builder.render(tasks[0]["messages"]))
     steps = []
     for _ in range(plan["warmup"] + plan["steps"]):

@@ -26,7 +26,7 @@ def run_trl(plan: dict, regime: str, tokens: int, out_dir: Path, grad_ckpt: bool
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(plan["trl_model"], dtype=torch.float32)
-    tasks = plan["fl_tasks" if regime == "frozenlake" else "tasks"]
+    tasks = plan["fl_tasks"] if regime == "frozenlake" else plan["tasks"][regime]
     data = Dataset.from_list([{"prompt": t["messages"], "seed": t["seed"]} for t in tasks])
 
     def digit_reward(completions, seed, **_):

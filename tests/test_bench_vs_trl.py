@@ -44,14 +44,15 @@ def test_the_plan_holds_each_steps_tasks_and_both_sides_render_the_same_prompt(p
     from selfevolve.agent.prompt import PromptBuilder
     from selfevolve.tasks.source import SeedTasks
 
-    assert [t["seed"] for t in plan["tasks"]] == [t.seed for t in SeedTasks("digit_guess", seed=0).next(8)]
-    assert len(plan["fl_tasks"]) == 8  # 4 prompts x (1 warm-up + 1 measured step)
+    seeds = [t.seed for t in SeedTasks("digit_guess", seed=0).next(8)]  # 4 prompts x (1 warm-up + 1 measured)
+    assert len(plan["fl_tasks"]) == 8
     tok = AutoTokenizer.from_pretrained(plan["trl_model"])
-    messages = plan["tasks"][0]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # rules, example, task
-    trl_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-    ours = PromptBuilder(tok, instructions=bench.INSTRUCTIONS, examples=list(bench.EXAMPLES)).render(messages)
-    assert trl_ids["input_ids"] == ours
+    for regime, (rules, examples) in bench.TASKS.items():
+        assert [t["seed"] for t in plan["tasks"][regime]] == seeds
+        messages = plan["tasks"][regime][0]["messages"]
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]  # rules, example, task
+        trl_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+        assert trl_ids["input_ids"] == PromptBuilder(tok, instructions=rules, examples=list(examples)).render(messages)
 
 
 @pytest.mark.parametrize("regime, zero_spread", [("dense", 0.0), ("sparse", 1.0)])
