@@ -97,11 +97,11 @@ def test_the_update_does_not_grow_the_heap_with_large_blocks():
     its own; outside it (the run's settings, ``models/allocator.py``), from the heap, which keeps its space when
     it is freed; inside again, from that free space."""
     if not sys.platform.startswith("linux"):
-        pytest.skip("glibc's malloc settings")
+        pytest.skip("needs Linux: the heap settings under test are glibc's mallopt (CI and this machine run it)")
     try:
         ctypes.CDLL("libc.so.6").gnu_get_libc_version
     except (OSError, AttributeError):
-        pytest.skip("not glibc")
+        pytest.skip("needs glibc: musl and other C libraries ignore mallopt, so there is no setting to test")
     script = textwrap.dedent("""
         import ctypes
         from selfevolve.models.allocator import heap_not_grown_by_large_blocks, keep_freed_memory
