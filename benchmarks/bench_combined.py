@@ -4,6 +4,11 @@ GRPO on the same budget — the same warm start, seeds, tasks, number of updates
 trajectories per update). The search spends more generation per kept trajectory: its compute multiple is
 reported beside the result.
 
+The combined arm trains on its prompts without the recalled examples (``experience.train_prompt=stripped``,
+AgentEvolver's experience stripping applied to SEER's recall): trained as shown, every turn of every episode is
+encoded whole with its ~1,600 tokens of examples, and on this CPU its first update did not finish in 24 minutes
+(14 GB), where plain GRPO's take seconds.
+
 Both methods are evaluated greedily on held-out FrozenLake maps, without experience (``eval.experience=off``):
 what the policy itself learnt. The runner is ``bench_credit.py``'s (shared warm start, resumable runs, summary).
 
@@ -25,7 +30,7 @@ import bench_credit  # noqa: E402 - the shared runner
 METHODS = {
     "grpo": ["algo.name=grpo"],
     "combined": ["algo.name=grpo", "rollout.search=beam", "experience.recall=seer", "reward.attribution=oracle",
-                 "reward.shaping=selaur", "eval.experience=off"],
+                 "reward.shaping=selaur", "eval.experience=off", "experience.train_prompt=stripped"],
 }
 
 if __name__ == "__main__":

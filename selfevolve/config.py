@@ -83,6 +83,13 @@ class Config(_Section):
         if x.navigate and self.agent.context == "self_managed":
             raise ValueError("experience.navigate cannot strip the block from a self_managed context (its "
                              "context calls see the block); use agent.context causal, reasoning or sliding_window")
+        if x.train_prompt == "stripped" and x.recall != "seer":
+            raise ValueError("experience.train_prompt=stripped strips SEER's recalled examples: it needs "
+                             "experience.recall=seer (or leave it at shown)")
+        if x.train_prompt == "stripped" and self.agent.context == "self_managed":
+            raise ValueError("experience.train_prompt=stripped cannot strip the examples from a self_managed "
+                             "context (its context calls see them); use agent.context causal, reasoning or "
+                             "sliding_window")
         return self
 
     @model_validator(mode="after")

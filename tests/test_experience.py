@@ -249,6 +249,46 @@ def test_guided_prompts_are_stripped_token_exact(guided_rollout, policy):
         assert not contains(row.ids, block)
 
 
+def test_recalled_examples_stripped_from_the_training_prompt(policy):
+    """``experience.train_prompt=stripped``: SEER's recalled examples are shown to the sampler at every turn, and
+    the training prompt is the one without recall (the static examples), token for token: one causal row per
+    episode, off-policy like a guided one (boosted clip); shown (the default) trains on what was shown."""
+    def played(train_prompt):
+        cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "env.size=3", "experience.recall=seer",
+                                     "experience.seed_examples=3", "experience.intent=none",
+                                     f"experience.train_prompt={train_prompt}"])
+        env_cls = ENVS["frozenlake"]
+        exp = Experience(cfg, None, policy, env_cls, {"size": 3}, "frozenlake")
+        exp.pool.add(seed_items(env_cls, {"size": 3}, 3, "frozenlake"), step=0, origin="seed")
+        tasks = [t for t in seed_tasks("frozenlake", 2) for _ in range(2)]
+        envs = [make_env(env_cls, size=3) for _ in tasks]
+        builder = build_prompt(cfg, policy, envs[0])
+        trajs = rollout(policy, envs, tasks, builder, max_turns=3, group_ids=[t.id for t in tasks],
+                        generator=torch.Generator().manual_seed(0), guide=exp.guide(tasks, 2, training=True))
+        return builder, trajs
+
+    builder, trajs = played("stripped")
+    assert all(t.guided for t in trajs)
+    for traj in trajs:
+        plain = EpisodeContext(builder, traj.task.instruction, traj.query, Guidance())
+        for step in traj.steps:
+            assert step.info["recalled"]  # shown the pool's examples ...
+            assert step.prompt_ids != plain.prompt and step.train_prompt_ids == plain.prompt  # ... trained without
+            plain.advance(step.action_ids, step.action_text, step.observation)
+    rows = build_rows(trajs, [1.0] * len(trajs))
+    assert len(rows) == len(trajs) and all(r.guided for r in rows)  # one causal sequence per episode
+    nav.prepare_guided_rows(rows, lambda rs: row_logprobs(policy, rs, 4096), "sampled", 0.6)
+    assert [r.clip_high for r in rows] == [0.6] * len(rows)
+
+    _, shown = played("shown")  # trained as shown: the recalled examples in the rows
+    assert not any(t.guided for t in shown)
+    assert all(s.train_prompt_ids is None and s.info["recalled"] for t in shown for s in t.steps)
+    first = build_rows(shown, [1.0] * len(shown))[0]
+    assert first.ids[:len(shown[0].steps[0].prompt_ids)] == shown[0].steps[0].prompt_ids
+    with pytest.raises(ConfigError, match="needs experience.recall=seer"):
+        load_config(overrides=["experience.train_prompt=stripped"])
+
+
 def test_old_logprobs_sampled_or_recomputed_and_boost_only_guided(guided_rollout, policy):
     _, _, trajs = guided_rollout
     rows = build_rows(trajs, [1.0] * len(trajs))

@@ -131,3 +131,31 @@ def test_the_update_does_not_grow_the_heap_with_large_blocks():
     assert inside >= 8 << 20  # no free chunk fits it: an mmap of its own (the block and its page-rounded header)
     assert outside == 0  # the run's settings: the heap grows, and keeps the block's space when it is freed
     assert again == 0  # that free space fits the next one: served from the heap, in the update too
+
+
+def test_the_evaluation_plays_in_batches_and_its_episodes_do_not_change(policy, monkeypatch):
+    """``eval.batch`` bounds the rows generated at once (the generation cache is the evaluation's memory); greedy
+    episodes are the same whichever batch plays them."""
+    import selfevolve.train.evaluate as evaluate_module
+    from selfevolve.build import build_prompt
+    from selfevolve.envs import FrozenLakeEnv, make_env
+
+    builder = build_prompt(load_config(overrides=["model.name=tiny"]), policy, make_env(FrozenLakeEnv))
+    played = evaluate_module.rollout
+    sizes = []
+
+    def counted(policy, envs, tasks, *args, **kwargs):
+        sizes.append(len(tasks))
+        return played(policy, envs, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "rollout", counted)
+    options = {"split": "test"}
+    _, at_once = evaluate_module.greedy_rollouts(policy, FrozenLakeEnv, options, builder, episodes=7,
+                                                 seed_offset=1_000_000, batch=7)
+    _, batched = evaluate_module.greedy_rollouts(policy, FrozenLakeEnv, options, builder, episodes=7,
+                                                 seed_offset=1_000_000, batch=3)
+    assert sizes == [7, 3, 3, 1]
+    assert [t.task.id for t in batched] == [t.task.id for t in at_once]
+    assert [[s.action_ids for s in t.steps] for t in batched] == [[s.action_ids for s in t.steps] for t in at_once]
+    assert [t.reward for t in batched] == [t.reward for t in at_once]
+    assert load_config().eval.batch == 32

@@ -79,17 +79,17 @@ class EpisodeContext:
         self.pending = False
         self.calls: list[dict] = []  # context calls made since the last step (moved to it by the caller)
         self.recalled: list[int] | None = None  # pool ids shown this turn (SEER), recorded in the step's info
-        # A guided episode (an insight block in its system prompt) keeps a twin without the block, advanced in
-        # lockstep: its prompt is the training sample (experience stripping, built by the prompt builder). The
+        # A guided episode (an insight block in its system prompt, or recalled examples to strip) keeps a twin
+        # without them, advanced in lockstep: its prompt is the training sample (experience stripping, built by the prompt builder). The
         # twin never slides a window by its own length: it slides when the guided episode does (``slide``), so
         # that its prompt is always the guided prompt minus the block. Deciding by its own, shorter length made
         # it slide later than the guided one in ~7 % of turns of a sliding_window run.
         self.twin: EpisodeContext | None = None
         self.follower = False  # a twin: its window moves with its guided episode's
         self.prompt = builder.prompt_ids(self.observations, [], instruction, self.guidance)
-        if self.guidance.block:
-            self.twin = EpisodeContext(builder, instruction, first_observation,
-                                       Guidance(episodes=self.guidance.episodes))
+        if self.guidance.block or self.guidance.strip_examples:
+            kept = None if self.guidance.strip_examples else self.guidance.episodes
+            self.twin = EpisodeContext(builder, instruction, first_observation, Guidance(episodes=kept))
             self.twin.follower = True
 
     @property
@@ -102,15 +102,17 @@ class EpisodeContext:
 
     def set_examples(self, episodes: tuple | None) -> None:
         """Show other few-shot episodes from now on (SEER recalls at every turn); the prompt is re-rendered
-        only when they changed. The twin gets the same examples: only the insight block is stripped."""
+        only when they changed. The twin gets the same examples (only the insight block is stripped) unless they
+        are stripped too (``Guidance.strip_examples``): then it keeps the static ones."""
         if episodes == self.guidance.episodes:
             return
-        self.guidance = Guidance(episodes=episodes, block=self.guidance.block)
+        self.guidance = Guidance(episodes=episodes, block=self.guidance.block,
+                                 strip_examples=self.guidance.strip_examples)
         if self.spec.name == "causal":
             self.prompt = self.b.prompt_ids(self.observations, self.replies, self.instruction, self.guidance)
         else:
             self.prompt = self.render()
-        if self.twin is not None:
+        if self.twin is not None and not self.guidance.strip_examples:
             self.twin.set_examples(episodes)
 
     def fork(self) -> "EpisodeContext":

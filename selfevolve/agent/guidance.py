@@ -11,10 +11,13 @@ class Guidance:
 
     ``episodes``: few-shot episodes, each a list of (observation, action) turns, shown instead of the
     environment's static examples (SEER recall); None keeps the static ones. ``block``: text added to the
-    system prompt (self-navigating's insights); the training sample is built without it (stripping)."""
+    system prompt (self-navigating's insights); the training sample is built without it (stripping).
+    ``strip_examples``: the training sample is also built without the recalled episodes, with the static examples
+    (``experience.train_prompt=stripped``)."""
 
     episodes: tuple | None = None
     block: str = ""
+    strip_examples: bool = False
 
 
 NO_GUIDANCE = Guidance()

@@ -100,7 +100,7 @@ class Bench:
         try:
             e = self.cfg.eval
             res = evaluate(policy, env_cls, options, builder, episodes=e.episodes, pass_k=pass_k,
-                           seed_offset=e.seed_offset, sample_seed=self.cfg.seed)
+                           seed_offset=e.seed_offset, sample_seed=self.cfg.seed, batch=e.batch)
         finally:
             policy.max_new_tokens = budget
             probe.close()

@@ -27,6 +27,12 @@ class ExperienceConfig(_Section):
     intent: Literal["llm", "task", "none"] = Field(
         "llm", description="Intent of a request: llm (classified by experience.llm over the environment's declared "
         "intents), task (the task's true intent: an oracle, for ablations), none (s3 is 0).")
+    train_prompt: Literal["shown", "stripped"] = Field(
+        "shown", description="seer: what the update trains a recalled turn on: the prompt as shown, its examples "
+        "included (each turn's examples differ, so every turn is encoded whole: ~64 rows of ~2,000 tokens a "
+        "default FrozenLake step with k=4), or stripped of them, with the static examples (AgentEvolver's experience "
+        "stripping: one sequence per episode, as cheap as without recall; off-policy, so those rows take "
+        "experience.old_logprobs and experience.boost_clip_high as self-navigating's guided rows do).")
     seed_examples: int = Field(8, ge=0, description="Cold start: the pool begins with this many expert episodes "
                                "of training tasks (reference solutions; never test tasks), spread over intents.")
     accumulate: bool = Field(True, description="Add the verified successes of every training step to the pool.")
@@ -37,11 +43,11 @@ class ExperienceConfig(_Section):
     insights_k: int = Field(3, ge=1, description="navigate: insights retrieved per task (by when_to_use).")
     dedup: float = Field(0.5, gt=0, le=1, description="navigate: a new insight whose when_to_use has cosine > "
                          "this with a kept one is a duplicate.")
-    boost_clip_high: float = Field(0.6, ge=0, description="navigate: upper clip ε of guided rows (selective "
-                                   "boosting; others use algo.clip_high).")
+    boost_clip_high: float = Field(0.6, ge=0, description="navigate (and train_prompt=stripped): upper "
+                                   "clip ε of guided rows (selective boosting; others use algo.clip_high).")
     old_logprobs: Literal["sampled", "recompute"] = Field(
-        "sampled", description="navigate: guided rows' old log-probs as sampled (with the block; off-policy) or "
-        "recomputed on the stripped prompt before the update.")
+        "sampled", description="navigate (and train_prompt=stripped): guided rows' old log-probs as sampled (with "
+        "the block or examples; off-policy) or recomputed on the stripped prompt before the update.")
     llm: str = Field("policy", description="Model of the extra LLM calls (intent, insight extraction): policy "
                      "(the trained adapter), base (adapter off), a local model path or openai:MODEL (see llm_api).")
     llm_max_new_tokens: int = Field(160, ge=8, description="Reply budget of an extraction call.")

@@ -76,6 +76,8 @@ class EvalConfig(_Section):
                              "the pool before the next (the run's pool is unchanged).")
     chunk: int = Field(8, ge=1, description="With experience: episodes per evaluation batch (recalled examples "
                        "make prompts long; this bounds memory) and per accumulation chunk of eval.accumulate.")
+    batch: int = Field(32, ge=1, description="Without experience: episodes played at once (the generation cache "
+                       "grows with them: 64 SmolLM2 FrozenLake episodes held 2.3 GB, 32 half that).")
     env: dict[str, Any] | None = Field(
         None,
         description="Environment options for evaluation only, merged onto env.<option> (e.g. eval.env.split=test). "

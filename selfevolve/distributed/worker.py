@@ -127,7 +127,8 @@ class RolloutWorker:
         exp.pool = ExperiencePool.from_bytes(pool, exp.embedder)
         exp.llm.step = llm_step
         guided = exp.guided_flags([e.index for e in episodes], group_size or self.cfg.algo.group_size, training=True)
-        return RolloutGuide(exp, exp.pool, guided, recall=exp.x.recall == "seer", seed=seed)
+        return RolloutGuide(exp, exp.pool, guided, recall=exp.x.recall == "seer", seed=seed,
+                            strip=exp.x.train_prompt == "stripped")
 
     def search(self, version: int, step: int, jobs: list, max_turns: int, critic_suffix: list[int],
                pool: bytes | None = None, seed: int | None = None, llm_step: int = 0):

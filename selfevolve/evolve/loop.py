@@ -231,7 +231,7 @@ class Evolver:
         options = eval_env_options(self.env_cls, cfg.env.options(), e.env)
         builder = build_prompt(cfg, policy, make_env(self.env_cls, **options))
         return evaluate(policy, self.env_cls, options, builder, episodes=e.episodes, pass_k=e.pass_k,
-                        seed_offset=e.seed_offset, sample_seed=cfg.seed)
+                        seed_offset=e.seed_offset, sample_seed=cfg.seed, batch=e.batch)
 
     def _explore(self, r: int, rec: dict, folder: Path) -> list[ExplorationRecord]:
         from selfevolve.questioning.explore import load_explorations, save_explorations

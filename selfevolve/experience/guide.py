@@ -147,7 +147,7 @@ class Experience:
         """A guide for one batch of episodes (``tasks`` repeated ``group_size`` times each, in groups). Training:
         the first round(G·η) of each group carry insights; evaluation: every episode does."""
         return RolloutGuide(self, pool or self.pool, self.guided_flags(range(len(tasks)), group_size, training),
-                            recall=self.x.recall == "seer")
+                            recall=self.x.recall == "seer", strip=training and self.x.train_prompt == "stripped")
 
     def guided_flags(self, indices, group_size: int, training: bool) -> list[bool]:
         """Which episodes of a batch (by their ``indices`` in it, a task's group contiguous) carry insights: the
@@ -161,7 +161,7 @@ class Experience:
     def prepare_rows(self, rows, logprobs_of) -> dict[str, float]:
         """Navigation's old log-probs and boost on the guided ``rows`` (``logprobs_of``: the objective's
         ``current_logprobs``)."""
-        if not self.x.navigate:
+        if not self.x.navigate and self.x.train_prompt != "stripped":
             return {}
         return nav.prepare_guided_rows(rows, logprobs_of, self.x.old_logprobs, self.x.boost_clip_high)
 
@@ -227,10 +227,11 @@ class RolloutGuide:
     """The rollout's hook (``rollout(..., guide=...)``) for one batch of episodes."""
 
     def __init__(self, exp: Experience, pool: ExperiencePool, guided: list[bool], recall: bool,
-                 seed: int | None = None):
+                 seed: int | None = None, strip: bool = False):
         """``seed``: the recall's shuffle seed (None: drawn from the experience's RNG; a Ray worker is given the
-        driver's)."""
+        driver's). ``strip``: train on the prompts without the recalled examples (``experience.train_prompt``)."""
         self.exp, self.pool, self.guided, self.recall = exp, pool, guided, recall
+        self.strip = recall and strip
         self.seed = exp.rng.randrange(2**31) if seed is None and recall else seed  # (no draw without recall)
         self.recaller = SeerRecall(pool, k=exp.x.k, mode=exp.x.mode, seed=self.seed,
                                    weights=Weights(exp.x.w_similarity, exp.x.w_tools, exp.x.w_intent)) \
@@ -256,13 +257,20 @@ class RolloutGuide:
                 found, _ = classify(self.exp.llm, firsts, self.exp.intents)
                 for t, intent in zip(trajs, found):
                     t.intent, t.classified = intent, True
-        out = [Guidance() for _ in trajs]
+        # experience.train_prompt=stripped: every recalled episode is trained on its prompt without the recall,
+        # and so is off-policy as a self-navigating guided one is (its rows get the same old log-probs and clip)
+        strip = self.strip
+        out = [Guidance(strip_examples=strip) for _ in trajs]
+        if strip:
+            for t in trajs:
+                t.guided = True
         if any(self.guided) and self.pool.count("insight"):
             idx = [i for i, g in enumerate(self.guided) if g]
             vecs = self.pool.embedder.encode([firsts[i] for i in idx])
             for i, found in zip(idx, nav.retrieve(self.pool, vecs, x.insights_k)):
                 if found:
-                    out[i] = Guidance(block=nav.experience_block([(it.key_text, it.text) for it in found]))
+                    out[i] = Guidance(block=nav.experience_block([(it.key_text, it.text) for it in found]),
+                                      strip_examples=strip)
                     trajs[i].guided, trajs[i].insights = True, [it.id for it in found]
         return out
 

@@ -26,9 +26,12 @@ def eval_env_options(env_cls, train_options: dict, eval_env: dict | None) -> dic
 
 
 def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: int, seed_offset: int,
-                    experience=None, accumulate: bool = False, chunk: int = 8):
+                    experience=None, accumulate: bool = False, chunk: int = 8, batch: int = 32):
     """The held-out tasks and their greedy episodes (what :func:`evaluate` scores).
 
+    Without experience the episodes are played in batches of ``batch``: the generation cache grows with the
+    rows played at once (64 rows of SmolLM2's default FrozenLake episode held 2.3 GB, the run's peak), while a
+    decode step's cost per row barely changes once a batch is a few dozen rows.
     ``experience`` (an ``experience.guide.Experience``): play with recall / insights, in batches of ``chunk``
     episodes (recalled examples make prompts long; this bounds the caches' memory). ``accumulate``: SEER's
     test-time accumulation — each chunk's verified successes join a scratch copy of the pool before the next
@@ -40,14 +43,16 @@ def greedy_rollouts(policy, env_cls, env_options: dict, builder, *, episodes: in
         probe.close()
     envs = [make_env(env_cls, **env_options) for _ in tasks]
     try:
-        return _greedy(policy, envs, tasks, builder, experience, accumulate, chunk)
+        return _greedy(policy, envs, tasks, builder, experience, accumulate, chunk, batch)
     finally:
         close_all(envs)
 
 
-def _greedy(policy, envs, tasks, builder, experience, accumulate: bool, chunk: int):
-    if experience is None:
-        return tasks, rollout(policy, envs, tasks, builder, max_turns=envs[0].max_turns, greedy=True)
+def _greedy(policy, envs, tasks, builder, experience, accumulate: bool, chunk: int, batch: int):
+    if experience is None:  # greedy: an episode is the same whichever batch plays it
+        return tasks, [t for start in range(0, len(tasks), batch)
+                       for t in rollout(policy, envs[start:start + batch], tasks[start:start + batch], builder,
+                                        max_turns=envs[0].max_turns, greedy=True)]
     pool = experience.pool.scratch_copy() if accumulate else experience.pool
     trajs = []
     for start in range(0, len(tasks), chunk):
@@ -62,13 +67,13 @@ def _greedy(policy, envs, tasks, builder, experience, accumulate: bool, chunk: i
 
 def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass_k: int = 0,
              seed_offset: int = 1_000_000, sample_seed: int = 0, experience=None, accumulate: bool = False,
-             chunk: int = 8, seen: set[str] | frozenset[str] = frozenset(),
+             chunk: int = 8, batch: int = 32, seen: set[str] | frozenset[str] = frozenset(),
              episodes_out: list | None = None, general: bool = False, adapter_scale: float = 1.0
              ) -> dict[str, float]:
     """Greedy success on ``episodes`` held-out tasks (``eval/tasks``: how many distinct ones the split held);
     with ``pass_k`` > 0 also pass@k (any of k samples solves) and ``eval/sample_success`` (the success rate of
     those samples). ``experience``/``accumulate``/``chunk``: see :func:`greedy_rollouts` (pass@k samples get
-    recall / insights too, without accumulation).
+    recall / insights too, without accumulation). ``batch``: episodes played at once without experience.
 
     ``seen``: the content digests the run trained on. Tasks among them (none on the test split) are counted in
     ``eval/seen``, and then success is also reported apart: ``eval/success/seen`` and ``eval/success/unseen``.
@@ -80,13 +85,13 @@ def evaluate(policy, env_cls, env_options: dict, builder, *, episodes: int, pass
     """
     with policy.adapter_scaled(adapter_scale):
         return _evaluate(policy, env_cls, env_options, builder, episodes, pass_k, seed_offset, sample_seed,
-                         experience, accumulate, chunk, seen, episodes_out, general)
+                         experience, accumulate, chunk, batch, seen, episodes_out, general)
 
 
 def _evaluate(policy, env_cls, env_options, builder, episodes, pass_k, seed_offset, sample_seed, experience,
-              accumulate, chunk, seen, episodes_out, general) -> dict[str, float]:
+              accumulate, chunk, batch, seen, episodes_out, general) -> dict[str, float]:
     tasks, trajs = greedy_rollouts(policy, env_cls, env_options, builder, episodes=episodes, seed_offset=seed_offset,
-                                   experience=experience, accumulate=accumulate, chunk=chunk)
+                                   experience=experience, accumulate=accumulate, chunk=chunk, batch=batch)
     if episodes_out is not None:
         episodes_out.extend(trajs)
     out = {

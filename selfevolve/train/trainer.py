@@ -296,7 +296,7 @@ class Trainer:
             episodes=episodes or e.episodes, pass_k=e.pass_k if pass_k is None else pass_k,
             seed_offset=e.seed_offset, sample_seed=self.cfg.seed,
             experience=self.experience if e.experience == "on" else None, accumulate=e.accumulate, chunk=e.chunk,
-            seen=self.seen, general=e.general, episodes_out=episodes_out, adapter_scale=e.adapter_scale,
+            batch=e.batch, seen=self.seen, general=e.general, episodes_out=episodes_out, adapter_scale=e.adapter_scale,
         )
         if episodes_out:
             with (self.out_dir / EVAL_LOG).open("a") as f:
