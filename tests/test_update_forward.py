@@ -185,3 +185,43 @@ def test_rows_with_zero_advantage_are_not_run_and_the_update_is_unchanged(policy
     assert "update/idle_rows" not in st and seen[0] == 6  # (then the reference policy's forward)
     policy.load_adapter_state(state)
     policy.model.zero_grad(set_to_none=True)
+
+
+def test_several_micro_batches_encode_their_shared_prefix_once(policy, monkeypatch):
+    """Split into micro-batches, a minibatch's shared prefix goes through the body once (``EncodedPrefix``), not
+    once per micro-batch, and the gradient still reaches it: the adapter is that of the update in one micro-batch
+    (the test above), and the same as encoding the prefix with every micro-batch."""
+    import random
+
+    import selfevolve.objectives.update as update
+    from selfevolve.objectives.samples import micro_batches, shared_prefix_len
+
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tasks = [t for t in SeedTasks("frozenlake", seed=1).next(3) for _ in range(2)]
+    trajs = rollout(policy, [make_env(FrozenLakeEnv, max_turns=3) for _ in tasks], tasks, builder, max_turns=3,
+                    generator=[torch.Generator().manual_seed(i) for i in range(len(tasks))])
+    rows = build_rows(trajs, [0.5 * (-1) ** i for i in range(len(trajs))])
+    algo = load_config(overrides=[f"algo.micro_batch_tokens={max(len(r) for r in rows) + 1}"]).algo
+    shared = shared_prefix_len(rows)
+    assert shared > 0 and len(micro_batches(rows, algo.micro_batch_tokens, shared, grouped=True)) > 1
+    made = []
+
+    class Counted(update.EncodedPrefix):
+        def __init__(self, body, ids):
+            made.append(len(ids))
+            super().__init__(body, ids)
+
+    state = {k: v.clone() for k, v in policy.adapter_state().items()}
+    adapters = []
+    for encode_once in (True, False):
+        monkeypatch.setattr(update, "EncodedPrefix", Counted if encode_once else lambda body, ids: None)
+        policy.load_adapter_state(state)
+        opt = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+        update.ppo_update(policy, opt, rows, algo, random.Random(0))
+        adapters.append({k: v.clone() for k, v in policy.adapter_state().items()})
+    policy.load_adapter_state(state)
+    assert made == [shared]  # once, for the one optimizer step
+    once, each = adapters
+    assert any(not torch.equal(once[k], state[k]) for k in once)
+    assert all(torch.allclose(once[k], each[k], atol=1e-6) for k in once)

@@ -258,6 +258,7 @@ class Policy:
         with_entropy: bool = False,
         prefix_len: int = 0,
         cuts: list[list[int]] | None = None,
+        prefix=None,
     ):
         """One forward of the body for both roles: ``(logprobs, entropy, values)``.
 
@@ -266,10 +267,11 @@ class Policy:
         ``value_mask.nonzero()`` (None if no mask is given or no head is attached).
 
         ``cuts``: per row, the positions where its turns' segments begin (``samples.turn_cuts``): rows are then
-        encoded as a tree, each distinct beginning once (``models/prefix_sharing.py``).
+        encoded as a tree, each distinct beginning once (``models/prefix_sharing.py``). ``prefix``: the first
+        ``prefix_len`` ids encoded beforehand (``prefix_sharing.EncodedPrefix``).
         """
         body, head = self.body_and_head()
-        hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, cuts)
+        hidden, columns, real = encode_rows(body, input_ids, attention_mask, prefix_len, cuts, prefix)
         # A loss token is predicted from the hidden state before it, a value read at its own position: both must
         # come after the shared prefix (``columns[:, 0]`` is its length).
         col = torch.arange(input_ids.shape[1], device=input_ids.device)[None]

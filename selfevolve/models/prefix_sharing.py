@@ -67,14 +67,47 @@ def segment_tree(ids: list[list[int]], lengths: list[int], prefix_len: int,
         depth += 1
 
 
+class EncodedPrefix:
+    """The shared prefix of a minibatch's rows, encoded once for all its micro-batches (the update's).
+
+    Encoded with each micro-batch, the prefix (system prompt and few-shot turns, ~160 tokens on FrozenLake) would
+    be encoded once per micro-batch, and the memory bound on micro-batches (``objectives/memory.py``) makes more
+    of them. Here it goes through the body once, with gradients; each micro-batch's tree attends to detached
+    copies of its keys and values (:attr:`kv`), whose gradients add up over the micro-batches' backwards, and
+    :meth:`backward` then carries their sum through the prefix's own forward once. The gradient is the sum over
+    the micro-batches, as before, in another order of addition."""
+
+    def __init__(self, body, ids: list[int]):
+        from transformers import DynamicCache
+
+        from selfevolve.models.compat import cache_kwargs
+
+        self.length = len(ids)
+        cache = DynamicCache()
+        body(input_ids=torch.tensor([ids], device=body.device), **cache_kwargs(body, cache), use_cache=True)
+        self._encoded = [(layer.keys[0], layer.values[0]) for layer in cache.layers]  # [Hkv, P, D], with graph
+        self.kv = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+                   for k, v in self._encoded]
+
+    def backward(self) -> None:
+        """Carry the gradients the micro-batches left on :attr:`kv` through the prefix's forward."""
+        pairs = [(e, c.grad) for ek, ck in zip(self._encoded, self.kv) for e, c in zip(ek, ck) if c.grad is not None]
+        if pairs:
+            torch.autograd.backward([e for e, _ in pairs], [g for _, g in pairs])
+        self._encoded = self.kv = []
+
+
 def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix_len: int = 0,
-                cuts: list[list[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                cuts: list[list[int]] | None = None, prefix: EncodedPrefix | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The decoder ``body``'s hidden states of right-padded rows, from the shared prefix's end on.
 
     ``prefix_len``: the ids every row starts with, encoded once. ``cuts``: per row, where its segments begin
     (see the module's text); without them, each row's rest is one segment (rows with the same rest share it).
     The tree needs a shared prefix (every query then has a key to attend to, even in padding) and an attention it
-    can stand in for (``tree_attention.supports_tree``); without them, rows are encoded plainly.
+    can stand in for (``tree_attention.supports_tree``); without them, rows are encoded plainly. ``prefix``: the
+    first ``prefix_len`` ids already encoded (:class:`EncodedPrefix`): the tree attends to its keys and values
+    instead of encoding them again.
 
     Returns ``(hidden [B, R, H], columns [B, R], real [B, R])``: ``hidden[b, j]`` belongs to column
     ``columns[b, j]`` of ``input_ids`` (the prefix's length plus j, or j without a prefix), and ``real`` marks
@@ -93,12 +126,18 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     ids = input_ids.tolist()
     levels, path = segment_tree(ids, lengths.tolist(), P, cuts if cuts is not None else [[] for _ in ids])
     packed, positions, spans, plan = _plan(ids, P, levels, device, body.get_input_embeddings().weight.dtype)
+    skip = 0  # packed positions not encoded here: the prefix, when it was encoded beforehand
+    if prefix is not None:
+        if prefix.length != P:
+            raise ValueError(f"the encoded prefix holds {prefix.length} positions, these rows share {P}")
+        skip, packed, positions = P, packed[P:], positions[P:]
+        plan.prefix_kv, plan.queries = prefix.kv, (plan.queries - P).clamp(min=0)  # (padding slots: anywhere)
     out = tree_forward(body, torch.tensor(packed, device=device), torch.tensor(positions, device=device), plan)
     # where each row's position sits in the packed sequence (padding: anywhere, it is masked by ``real``)
     where = [[0] * (L - P) for _ in range(B)]
     for b in range(B):
         for depth, k in enumerate(path[b]):
-            node, first = levels[depth][k], spans[depth][k][0]
+            node, first = levels[depth][k], spans[depth][k][0] - skip
             where[b][node.start - P:node.end - P] = range(first, first + node.end - node.start)
     return out[torch.tensor(where, device=device)], columns, real
 

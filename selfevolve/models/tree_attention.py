@@ -63,6 +63,10 @@ class TreePlan:
     keys: torch.Tensor
     groups: list[Group]
     real: torch.Tensor
+    # The prefix encoded beforehand (``prefix_sharing.EncodedPrefix``): per layer its keys and values
+    # ``[Hkv, prefix, D]``. The packed sequence then starts after the prefix, whose keys and values are put in
+    # front of each layer's; ``keys`` still count the prefix's positions, ``queries`` do not.
+    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def tree_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
@@ -76,6 +80,9 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
             raise RuntimeError(f"tree attention cannot stand in for attention with {feature}: this model's rows "
                                "must be encoded plainly (prefix_sharing.encode_rows checks supports_tree)")
     q, k, v = query[0], key[0], value[0]
+    if plan.prefix_kv is not None:
+        pk, pv = plan.prefix_kv[module.layer_idx]
+        k, v = torch.cat([pk, k], dim=1), torch.cat([pv, v], dim=1)
     if recomputing(q, k, v):
         # Kept for the backward: only q, k and v; the gathered copies, the scores' statistics and the outputs are
         # recomputed from them (see the module's text, "Memory")
@@ -94,8 +101,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, s
     if not grouped and H != k.shape[0]:
         k, v = k.repeat_interleave(H // k.shape[0], dim=0), v.repeat_interleave(H // v.shape[0], dim=0)
     Hkv, P = k.shape[0], plan.prefix
-    first = F.scaled_dot_product_attention(q[None, :, :P], k[None, :, :P], v[None, :, :P], is_causal=True,
-                                           scale=scaling, enable_gqa=grouped)[0].transpose(0, 1)  # [P, H, D]
+    first = None if plan.prefix_kv is not None else F.scaled_dot_product_attention(
+        q[None, :, :P], k[None, :, :P], v[None, :, :P], is_causal=True, scale=scaling,
+        enable_gqa=grouped)[0].transpose(0, 1)  # [P, H, D]
     # split, not sliced: the backward of a split is one concatenation, of slices a zero-filled copy each
     key_slots = [g.m * g.K for g in plan.groups]
     qs = q.index_select(1, plan.queries).split([g.m * g.S for g in plan.groups], dim=1)
@@ -108,7 +116,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, s
             vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask, scale=scaling,
             enable_gqa=grouped)
         outs.append(out.transpose(1, 2).reshape(g.m * g.S, H, D))
-    return torch.cat([first, torch.cat(outs).index_select(0, plan.real)])
+    rest = torch.cat(outs).index_select(0, plan.real)
+    return rest if first is None else torch.cat([first, rest])
 
 
 AttentionInterface.register(NAME, tree_attention)

@@ -26,6 +26,8 @@ import torch
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss, value_loss
 from selfevolve.errors import SelfEvolveError
 from selfevolve.models.allocator import heap_not_grown_by_large_blocks
+from selfevolve.models.prefix_sharing import EncodedPrefix
+from selfevolve.models.tree_attention import supports_tree
 from selfevolve.objectives.memory import micro_batch_bound
 from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
                                            shared_prefix_len)
@@ -70,12 +72,16 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
             for p in params:
                 p.grad = torch.zeros_like(p)
             st_mb["loss/policy"] = 0.0
-        for chunk in micro_batches(run, bound, shared_prefix_len(run), grouped=True) if run else []:
+        shared = shared_prefix_len(run) if run else 0
+        chunks = micro_batches(run, bound, shared, grouped=True) if run else []
+        # several micro-batches: their shared prefix is encoded once for all of them, not once each
+        prefix = encoded_prefix(policy, run[0].ids[:shared]) if len(chunks) > 1 and shared else None
+        for chunk in chunks:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
-            P, cuts = shared_prefix_len(chunk), [turn_cuts(r) for r in chunk]
+            P, cuts = shared if prefix else shared_prefix_len(chunk), [turn_cuts(r) for r in chunk]
             logp, ent, values = policy.forward_rows(
                 b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
-                cuts=cuts, value_mask=b["value_mask"] if critic else None,
+                cuts=cuts, value_mask=b["value_mask"] if critic else None, prefix=prefix,
             )
             if objective == "nll":
                 loss = -logp.mean()
@@ -120,6 +126,8 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
             for weight, stats in weighted:
                 for k, v in stats.items():
                     st_mb[k] = st_mb.get(k, 0.0) + weight * v
+        if prefix is not None:
+            prefix.backward()
         if extra is not None:
             st_mb.update(extra(count))
         st_mb["grad_norm"] = safe_step(optimizer, params, algo.max_grad_norm, st_mb, count)
@@ -127,6 +135,13 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
             sums[k] = sums.get(k, 0.0) + v
         count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+def encoded_prefix(policy, ids: list[int]) -> EncodedPrefix | None:
+    """The shared prefix ``ids`` encoded once for a minibatch's micro-batches, where they encode it as a tree
+    (``prefix_sharing.encode_rows``); else None."""
+    body, _ = policy.body_and_head()
+    return EncodedPrefix(body, ids) if supports_tree(body.config) else None
 
 
 class NonFinite(SelfEvolveError):
