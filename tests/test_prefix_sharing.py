@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from selfevolve.config import load_config
+from selfevolve.models.prefix_sharing import EncodedPrefix
 from selfevolve.objectives.samples import Row, collate, encoded_tokens, micro_batches, turn_cuts
 from selfevolve.train.trainer import build_policy
 
@@ -87,13 +88,18 @@ def forwards(dtype: str):
     body.forward = lambda *a, **k: fed.append(k["input_ids"].numel()) or forward(*a, **k)
     results = {}
     for name, kw in {"plain": {}, "prefix": {"prefix_len": P},
-                     "tree": {"prefix_len": P, "cuts": [turn_cuts(r) for r in rows]}}.items():
+                     "tree": {"prefix_len": P, "cuts": [turn_cuts(r) for r in rows]},
+                     "encoded": {"prefix_len": P, "cuts": [turn_cuts(r) for r in rows]}}.items():
         fed.clear()
         policy.model.zero_grad(set_to_none=True)
         policy.value_head.zero_grad(set_to_none=True)
+        if name == "encoded":  # the prefix encoded beforehand, as the update does for several micro-batches
+            kw["prefix"] = EncodedPrefix(body, PREFIX)
         logp, ent, values = policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"],
                                                 value_mask=b["value_mask"], with_entropy=True, **kw)
         (logp.sum() + values.square().sum()).backward()
+        if name == "encoded":
+            kw["prefix"].backward()
         grads = [p.grad.clone() for p in policy.trainable_parameters()]
         results[name] = (logp.detach(), ent, values.detach(), grads, list(fed))
     del body.forward
@@ -104,7 +110,7 @@ def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():
     results = forwards("fp32")
     plain = results["plain"]
     assert plain[0].numel() == 2 * 6 and plain[2].numel() == 6  # two reply tokens and one value per turn
-    for name in ("prefix", "tree"):
+    for name in ("prefix", "tree", "encoded"):
         logp, ent, values, grads, _ = results[name]
         assert torch.allclose(logp, plain[0], atol=1e-5) and torch.allclose(ent, plain[1], atol=1e-5)
         assert torch.allclose(values, plain[2], atol=1e-5)
@@ -112,6 +118,7 @@ def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():
     # ids fed to the body, call by call: 4 x 37, padded; the prefix and the four rests (24, 27, 22 and 22 ids) in
     # one packed row; the prefix and the tree's nodes (10 + 15, 8 + 12 + 7, 6 + 9) in one packed row
     assert [results[n][4] for n in ("plain", "prefix", "tree")] == [[148], [10 + 95], [10 + 25 + 27 + 15]]
+    assert results["encoded"][4] == [10, 25 + 27 + 15]  # the prefix in its own forward, then the tree without it
 
 
 def test_the_tree_forward_in_bf16_stays_within_bf16_rounding_of_the_plain_one():
@@ -121,7 +128,7 @@ def test_the_tree_forward_in_bf16_stays_within_bf16_rounding_of_the_plain_one():
     is the fused kernels' path (tree_attention repeats grouped heads for them); on the CPU, the CPU's."""
     results = forwards("bf16")
     plain = results["plain"]
-    for name in ("prefix", "tree"):
+    for name in ("prefix", "tree", "encoded"):
         logp, ent, values, grads, _ = results[name]
         assert (logp.float() - plain[0].float()).abs().max() < 0.05
         assert (ent.float() - plain[1].float()).abs().max() < 0.05
