@@ -80,9 +80,9 @@ class EpisodeContext:
         self.calls: list[dict] = []  # context calls made since the last step (moved to it by the caller)
         self.recalled: list[int] | None = None  # pool ids shown this turn (SEER), recorded in the step's info
         # A guided episode (an insight block in its system prompt, or recalled examples to strip) keeps a twin
-        # without them, advanced in lockstep: its prompt is the training sample (experience stripping, built by the prompt builder). The
-        # twin never slides a window by its own length: it slides when the guided episode does (``slide``), so
-        # that its prompt is always the guided prompt minus the block. Deciding by its own, shorter length made
+        # without them, advanced in lockstep: its prompt is the training sample (experience stripping, built by
+        # the prompt builder). The twin never slides a window by its own length: it slides when the guided
+        # episode does (``slide``), so that its prompt is always the guided prompt minus what is stripped. Deciding by its own, shorter length made
         # it slide later than the guided one in ~7 % of turns of a sliding_window run.
         self.twin: EpisodeContext | None = None
         self.follower = False  # a twin: its window moves with its guided episode's

@@ -262,7 +262,7 @@ class RolloutGuide:
         strip = self.strip
         out = [Guidance(strip_examples=strip) for _ in trajs]
         if strip:
-            for t in trajs:
+            for t in trajs:  # (Trajectory.guided: trained on a prompt other than the one it was sampled with)
                 t.guided = True
         if any(self.guided) and self.pool.count("insight"):
             idx = [i for i, g in enumerate(self.guided) if g]

@@ -46,8 +46,8 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str] | None = None, en
     res = evaluate(policy, env_cls, eval_env_options(env_cls, options, cfg.eval.env), builder,
                    episodes=cfg.eval.episodes, pass_k=cfg.eval.pass_k,
                    seed_offset=cfg.eval.seed_offset, sample_seed=cfg.seed, experience=experience,
-                   accumulate=cfg.eval.accumulate, chunk=cfg.eval.chunk, batch=cfg.eval.batch, seen=_seen(state), general=cfg.eval.general,
-                   adapter_scale=cfg.eval.adapter_scale)
+                   accumulate=cfg.eval.accumulate, chunk=cfg.eval.chunk, batch=cfg.eval.batch, seen=_seen(state),
+                   general=cfg.eval.general, adapter_scale=cfg.eval.adapter_scale)
     if cfg.eval.general:  # beside the base model: the adapter off, same questions
         from selfevolve.train.general import general_knowledge
 
