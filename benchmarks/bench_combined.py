@@ -12,9 +12,13 @@ encoded whole with its ~1,600 tokens of examples, and on this CPU its first upda
 Both methods are evaluated greedily on held-out FrozenLake maps, without experience (``eval.experience=off``):
 what the policy itself learnt. The runner is ``bench_credit.py``'s (shared warm start, resumable runs, summary).
 
-    nice -n 15 env OMP_NUM_THREADS=1 python benchmarks/bench_combined.py --seeds 0 1 2 --steps 10 --episodes 32
+    OMP_NUM_THREADS=1 python benchmarks/bench_combined.py --seeds 0 1 2 --steps 2 --tasks-per-step 2 \\
+        --group-size 8 --eval-every 0 --episodes 32 --workers 1     # the budget measured (docs/benchmarks.md)
     python benchmarks/bench_combined.py --model tiny --seeds 0 --steps 1 --episodes 2 --warm-steps 1 \\
         --tasks-per-step 1 --group-size 2 --out runs/bench_combined_smoke        # a smoke test (seconds)
+
+A combined run's beam search over SEER-prompted nodes peaked at 15 GB of resident memory with SmolLM2 (two at once
+overran a 23 GB machine) and took 4-10 minutes a step on one CPU thread: give it one worker per 16 GB.
 
 Runs go to ``--out`` (default runs/bench_combined). Prints a markdown table and a final SUMMARY line.
 """
