@@ -259,9 +259,8 @@ class RolloutGuide:
                     t.intent, t.classified = intent, True
         # experience.train_prompt=stripped: every recalled episode is trained on its prompt without the recall,
         # and so is off-policy as a self-navigating guided one is (its rows get the same old log-probs and clip)
-        strip = self.strip
-        out = [Guidance(strip_examples=strip) for _ in trajs]
-        if strip:
+        out = [Guidance(strip_examples=self.strip) for _ in trajs]
+        if self.strip:
             for t in trajs:  # (Trajectory.guided: trained on a prompt other than the one it was sampled with)
                 t.guided = True
         if any(self.guided) and self.pool.count("insight"):
@@ -270,7 +269,7 @@ class RolloutGuide:
             for i, found in zip(idx, nav.retrieve(self.pool, vecs, x.insights_k)):
                 if found:
                     out[i] = Guidance(block=nav.experience_block([(it.key_text, it.text) for it in found]),
-                                      strip_examples=strip)
+                                      strip_examples=self.strip)
                     trajs[i].guided, trajs[i].insights = True, [it.id for it in found]
         return out
 
