@@ -48,7 +48,7 @@ def walked(seed=0, moves=WALK) -> ExplorationRecord:
 
 
 def test_hindsight_tasks_are_the_states_reached_verified_by_replay(tmp_path):
-    cfg = load_config(overrides=TINY)
+    cfg = load_config(overrides=TINY + ["evolve.hindsight=cell"])
     world = FrozenLakeEnv(split="train")
     world.reset(0)
     assert world.desc == SEED0
@@ -75,6 +75,37 @@ def test_hindsight_tasks_are_the_states_reached_verified_by_replay(tmp_path):
     # the same states again are duplicates of the pool's tasks
     again, report = write_tasks(cfg, FrozenLakeEnv, [record], None, pool.keys(), [], tmp_path, TaskPool.key)
     assert again == [] and report["removed"]["duplicate"] == 7
+
+
+def test_hindsight_goal_relabelling_moves_g_onto_each_reached_cell(tmp_path):
+    # evolve.hindsight=goal (the default): every reached cell becomes the map's goal G; the task is the ordinary
+    # game of the relabelled map, read exactly as a held-out map is (no request line, no T, no request sentence)
+    cfg = load_config(overrides=TINY)
+    kept, report = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    assert [(tuple(t.goal["target"]), t.solution) for t, _, _ in kept] == REACHED
+    assert {t.instruction for t, _, _ in kept} == {"Walk from your start to the goal G without falling into a hole."}
+    assert report["kept"] == 7 and report["intents"] == {"reach_goal": 7}
+    # by hand: G leaves (3, 3) for the reached cell; the last one is G itself, the map unchanged
+    assert kept[0][0].goal["map"] == ["SGFF", "HFFF", "FFHH", "FFFF"]
+    assert kept[3][0].goal["map"] == ["SFFF", "HFFF", "FGHH", "FFFF"]
+    assert kept[-1][0].goal["map"] == SEED0
+    pool = TaskPool()
+    pool.add(kept, 0)
+    env = FrozenLakeEnv(split="synth", tasks_file=str(pool.save(tmp_path / "pool")))
+    ordinary = FrozenLakeEnv(split="test")
+    assert env.instructions == ordinary.instructions
+    for k, (task, _, _) in enumerate(kept):
+        assert env.reset(k) == ordinary.load(task.goal["map"])
+        for move in task.solution:
+            result = env.step(move)
+        assert result.done and result.info["success"]
+    # the cell form keeps the request line and the sentence about it
+    cell = load_config(overrides=TINY + ["evolve.hindsight=cell"])
+    kept, _ = write_tasks(cell, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool = TaskPool()
+    pool.add(kept, 0)
+    env = FrozenLakeEnv(split="synth", tasks_file=str(pool.save(tmp_path / "pool-cell")))
+    assert env.reset(0).startswith("Request: Walk from your start to row 1, column 2") and "marked T" in env.instructions
 
 
 def test_a_task_whose_reference_fails_is_dropped():

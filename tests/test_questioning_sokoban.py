@@ -221,6 +221,24 @@ def test_template_writer_and_the_filters_keep_every_task_of_an_exploration():
     assert check0([(0, tasks[-1])])[0][0].goal["boxes"] == [[2, 4]]
 
 
+def test_hindsight_goal_relabelling_moves_the_target_onto_the_box():
+    # evolve.hindsight=goal: only the box's places become tasks, each the ordinary game of the room with its target
+    # moved onto the box's new cell (by hand: Up, Up, Right pushes the box from row 3, column 4 to column 5)
+    env, _ = explore0(["Up", "Up", "Right"])
+    tasks = template_tasks(ExplorationRecord(0, env.log), SokobanEnv(), relabel=True)
+    assert [(t["query"], t["aim"]) for t in tasks] == [("Push the box onto the target.", ["box", [2, 4]])]
+    (task,), counts = check0([(0, t) for t in tasks])
+    assert sum(counts.values()) == 0 and task.intent == "solve_room" and task.solution == ["Up", "Up", "Right"]
+    assert task.goal == {"seed": 0, "room": ["######", "######", "#__XO#", "#____#", "#_P_##", "######"],
+                         "boxes": [[2, 4]]}
+    # played, it reads as an ordinary room does: no request line
+    play = SokobanEnv()
+    assert play.play(task) == SokobanEnv().load("\n".join(task.goal["room"]))
+    for move in task.solution:
+        result = play.step(move)
+    assert result.done and result.info["success"]
+
+
 def test_execution_replays_the_reference_in_a_fresh_room():
     world = SokobanEnv()
     ok = execute(world, 0, ["Up", "Up", "Right"], ("box", (2, 4)))

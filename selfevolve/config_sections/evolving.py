@@ -107,6 +107,11 @@ class EvolveConfig(_Section):
     writer: Literal["template", "llm", "both"] = Field(
         "template", description="Who phrases a hindsight task: the template writer (no model), the LLM writer "
         "(questioning.llm; questioning.constrained for its schema), or both (each task records its writer).")
+    hindsight: Literal["goal", "cell"] = Field(
+        "goal", description="How the template writer turns a reached state into a task in a game: goal "
+        "(hindsight goal relabelling: the reached cell becomes the map's goal G, the box's new place the room's "
+        "target, so each task is the ordinary game of a relabelled instance, the form of the held-out test) or "
+        "cell ('walk to row R, column C', 'push the box to ...', the cell marked T on the board).")
     explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
                                       "(one move an answer), so that an untrained model explores at all.")
     reexplore: bool = Field(True, description="Explore again every round with the improved policy (false: only "

@@ -119,7 +119,8 @@ def write_tasks(cfg, env_cls, records: list[ExplorationRecord], policy, pool_key
     for writer in writers:
         if writer == "template":
             found = [(r.seed, t) for r in useful for t in
-                     (exploration.game.template(r, world) if exploration is not None else _tool_template(r, env_cls))]
+                     (exploration.game.template(r, world, relabel=ev.hindsight == "goal") if exploration is not None
+                      else _tool_template(r, env_cls))]
         else:
             found, bad = _llm_write(cfg, env_cls, exploration, options, world, useful, policy, log_dir)
             unparseable += bad

@@ -66,12 +66,17 @@ def saw(state: dict) -> list[str]:
         for w, n in r.get("write", {}).get("kept_per_writer", {}).items():
             writers[w] = writers.get(w, 0) + n
     span = f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "none"
+    form = state.get("config", {}).get("evolve", {}).get("hindsight")
+    relabel = ([f"- hindsight form: `{form}` (" + ("each reached state became its map's or room's own goal: the "
+                "ordinary game of a relabelled instance" if form == "goal" else "a request naming the reached "
+                "cell, marked T") + ");"] if form else [])
     return [
         f"- environment: `{state.get('env')}`, its rules and its verifier;",
         f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",
         f"- tasks trained on: {kept} written by the agent ({', '.join(f'{w}: {n}' for w, n in writers.items()) or 'none'}),"
         " each verified by replaying its reference; **0 human-written training tasks** (the rounds' environments"
         " play only the pool, `split=synth`);",
+        *relabel,
         "- expert (BFS) episodes: **0** (`train.warm_start_steps` is not used; behaviour cloning is on the pool's"
         " own reference paths);",
         "- prompt examples: the environment's one format example (its few-shot turns on a hand-made board);",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, target_task
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, relabel_goal, target_task
 from selfevolve.envs.games.moves import parse_moves
 from selfevolve.errors import SelfEvolveError
 from selfevolve.questioning import grid
@@ -142,10 +142,15 @@ class FrozenLakeGame(GridGame):
         return execute(world, seed, moves, aim)
 
     def make_task(self, task_id: str, seed: int, goal: dict, moves: list[str], query: str):
-        return target_task(task_id, seed, goal["map"], goal["target"], moves, query)
+        """A request for the goal G whose reference ends on another cell: hindsight goal relabelling, G moves
+        onto the cell it reached (:func:`relabel_goal`)."""
+        desc, target = goal["map"], tuple(goal["target"])
+        if named_target(query, desc) != target:  # "the goal G", reached elsewhere
+            desc = relabel_goal(desc, target)
+        return target_task(task_id, seed, desc, target, moves, query)
 
-    def template(self, record: ExplorationRecord, world) -> list[dict[str, Any]]:
-        return template_tasks(record, lake(world, record.seed))
+    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
+        return template_tasks(record, lake(world, record.seed), relabel=relabel)
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         return {"cells_reached": sum(len(reached(r)) for r in records),
@@ -168,13 +173,19 @@ def reached(record: ExplorationRecord, start: tuple[int, int] = (0, 0)) -> list[
     return grid.walks(FROZENLAKE_GAME, record, start)
 
 
-def template_tasks(record: ExplorationRecord, desc: list[str]) -> list[dict[str, Any]]:
+def template_tasks(record: ExplorationRecord, desc: list[str], relabel: bool = False) -> list[dict[str, Any]]:
     """``questioning.writer=template`` for FrozenLake: each safe cell the exploration reached becomes "Walk from
     your start to row r, column c without falling into a hole" (the goal G: "to the goal G"), its reference the
-    loop-erased moves of :func:`reached`. Deterministic; no model involved."""
+    loop-erased moves of :func:`reached`. With ``relabel`` (``evolve.hindsight=goal``) every such cell becomes
+    the goal G instead: "Walk from your start to the goal G without falling into a hole", ``"aim"`` the cell,
+    the map's G moved onto it when the task is made (:meth:`FrozenLakeGame.make_task`). Deterministic; no model
+    involved."""
     out = []
     for (r, c), moves in reached(record):
-        where = "the goal G" if desc[r][c] == "G" else cell_text(r, c)
-        out.append({"query": f"Walk from your start to {where} without falling into a hole.", "confidence": 1.0,
-                    "action_sequence": [{"name": m, "arguments": {}} for m in moves]})
+        where = "the goal G" if relabel or desc[r][c] == "G" else cell_text(r, c)
+        task = {"query": f"Walk from your start to {where} without falling into a hole.", "confidence": 1.0,
+                "action_sequence": [{"name": m, "arguments": {}} for m in moves]}
+        if relabel:
+            task["aim"] = [r, c]
+        out.append(task)
     return out

@@ -97,8 +97,14 @@ class GridGame(ABC):
         """The ``Task`` of a kept candidate, from its execution's goal."""
 
     @abstractmethod
-    def template(self, record: ExplorationRecord, world) -> list[dict[str, Any]]:
-        """The template writer's candidates from one exploration (``questioning.writer=template``)."""
+    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
+        """The template writer's candidates from one exploration (``questioning.writer=template``). ``relabel``
+        (``evolve.hindsight=goal``): each reached state becomes the instance's own goal (hindsight goal
+        relabelling), a candidate's ``"aim"`` the state (JSON) that :meth:`aim` reads back."""
+
+    def aim(self, value) -> Any:
+        """A relabelled candidate's ``"aim"`` as :meth:`named_goal` would give it. Default: a cell."""
+        return tuple(value)
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         """The game's own keys of ``report.json``."""

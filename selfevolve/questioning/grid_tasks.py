@@ -105,7 +105,8 @@ def check(game: GridGame, world, fresh, candidates: list[tuple[int, dict]], *, d
     kept, aims = [], set()
     for seed, t in candidates:
         moves = [c["name"] for c in t["action_sequence"]]
-        aim = game.named_goal(t["query"], world, seed)
+        # a hindsight-relabelled candidate carries the state it relabels as its goal (``"aim"``)
+        aim = game.aim(t["aim"]) if t.get("aim") is not None else game.named_goal(t["query"], world, seed)
         if (seed, aim) in aims or jaccard(t["query"], EXAMPLE_QUERY) >= duplicate:
             counts["duplicate"] += 1
         elif not moves:

@@ -28,7 +28,7 @@ from typing import Any
 
 from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import MOVES, SokobanEnv
-from selfevolve.envs.games.sokoban_tasks import room_rows, room_task
+from selfevolve.envs.games.sokoban_tasks import relabel_targets, room_rows, room_task
 from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.filters import Execution
@@ -165,11 +165,19 @@ class SokobanGame(GridGame):
         return execute(world, seed, moves, aim)
 
     def make_task(self, task_id: str, seed: int, goal: dict, moves: list[str], query: str):
-        return room_task(task_id, seed, goal["room"], moves, query, player=goal.get("player"),
-                         boxes=goal.get("boxes"))
+        """A request to solve the room whose reference leaves the boxes elsewhere: hindsight goal relabelling,
+        the targets move onto the boxes (:func:`relabel_targets`)."""
+        rows = goal["room"]
+        if named_goal(query, (len(rows), len(rows[0]))) == ("solved",) and goal.get("boxes") is not None:
+            rows = relabel_targets(rows, goal["boxes"])
+        return room_task(task_id, seed, rows, moves, query, player=goal.get("player"), boxes=goal.get("boxes"))
 
-    def template(self, record: ExplorationRecord, world) -> list[dict[str, Any]]:
-        return template_tasks(record, world)
+    def aim(self, value) -> tuple:
+        """A relabelled candidate's aim, ``["box", [r, c]]``: a box pushed onto that cell."""
+        return (value[0], tuple(value[1]))
+
+    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
+        return template_tasks(record, world, relabel=relabel)
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         """``cells_reached``: cells stood on other than the start; ``box_positions``: places of the boxes other
@@ -202,23 +210,30 @@ class SokobanExploration(GridExploration):
     game = SOKOBAN_GAME
 
 
-def template_tasks(record: ExplorationRecord, world: SokobanEnv) -> list[dict[str, Any]]:
+def template_tasks(record: ExplorationRecord, world: SokobanEnv, relabel: bool = False) -> list[dict[str, Any]]:
     """``questioning.writer=template`` for Sokoban: each cell the exploration first stood on becomes "Walk to row
     r, column c.", each new place of the box "Push the box to row r, column c." (a box that moved, when several
     did: the one named), or "Push the box onto the target." when every box is on one; the reference is the
-    loop-erased moves to that state (:func:`grid.erased_walks` over (your cell, the boxes) states).
-    Deterministic; no model involved."""
+    loop-erased moves to that state (:func:`grid.erased_walks` over (your cell, the boxes) states). With
+    ``relabel`` (``evolve.hindsight=goal``) only the box's places become tasks, each "Push the box onto the
+    target." with ``"aim"`` the box's new cell: the room's targets move onto the boxes when the task is made
+    (:meth:`SokobanGame.make_task`), so it is the ordinary game of a relabelled room. Deterministic; no model
+    involved."""
     world.reset(record.seed)
     start_player, start_boxes = world.player, frozenset(world.boxes)
     targets, several = frozenset(world.targets), len(world.boxes) > 1
     cells, places, out = {start_player}, {start_boxes}, []
     for (player, boxes), moves in grid.walks(SOKOBAN_GAME, record, (start_player, start_boxes)):
         steps = [{"name": m, "arguments": {}} for m in moves]
-        if player not in cells:
+        if player not in cells and not relabel:
             cells.add(player)
             out.append({"query": f"Walk to {cell_text(*player)}.", "confidence": 1.0, "action_sequence": steps})
         if boxes not in places:
             places.add(boxes)
+            if relabel:
+                out.append({"query": "Push every box onto a target." if several else "Push the box onto the target.",
+                            "confidence": 1.0, "action_sequence": steps, "aim": ["box", list(min(boxes - start_boxes))]})
+                continue
             if boxes == targets:
                 query = "Push every box onto a target." if several else "Push the box onto the target."
             else:

@@ -16,7 +16,8 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
 from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.games.frozenlake_maps import MAX_SIZE, check_drawable, gym_seed, map_key, random_map
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
-from selfevolve.envs.games.frozenlake_tasks import FROZENLAKE_PROFILE, MOVES, split_tasks, target_task  # noqa: F401
+from selfevolve.envs.games.frozenlake_tasks import (FROZENLAKE_PROFILE, MOVES, names_another_cell,  # noqa: F401
+                                                    relabel_goal, split_tasks, target_task)
 from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
 from selfevolve.envs.games.moves import answer_format, error_line, parse_moves
 from selfevolve.envs.holdout import draw, split_bucket
@@ -137,7 +138,7 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         )
         if self.slippery:
             text += "The ice is slippery: a move may slide you sideways. "
-        if self.synth_tasks:
+        if any(names_another_cell(t) for t in self.synth_tasks):
             text += ("A request above the board may name another cell to reach instead, marked T: then only "
                      "standing on T counts. ")
         return text + answer_format(MOVES, self.moves_per_turn)
@@ -164,10 +165,14 @@ class FrozenLakeEnv(PlaysTasks, TextEnv):
         return task_for(self.synth_tasks, self.ordinary, seed)
 
     def play(self, task: Task) -> str:
-        """Start a target-cell task: its map, the request line above the board, the target marked T."""
+        """Start a target-cell task: its map, the request line above the board, the target marked T. A task
+        whose target is the map's G is the ordinary game of that map (a relabelled goal, or G found by
+        exploring): no request line, so it reads exactly as a held-out map does."""
         goal = task.goal
         self.load(goal["map"], seed=goal["seed"])
         self.task, self.target = task, (int(goal["target"][0]), int(goal["target"][1]))
+        if not names_another_cell(task):
+            return self.render()
         return f"Request: {task.instruction}\n{self.render()}"
 
     def load(self, desc: list[str] | str, seed: int = 0) -> str:

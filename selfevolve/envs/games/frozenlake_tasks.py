@@ -30,6 +30,24 @@ def target_task(task_id: str, seed: int, desc: list[str], target: tuple[int, int
                 goal={"seed": int(seed), "map": list(desc), "target": [r, c]}, solution=list(moves))
 
 
+def relabel_goal(desc: list[str], cell: tuple[int, int]) -> list[str]:
+    """Hindsight goal relabelling (Andrychowicz et al. 2017, HER): the map with its goal G moved onto ``cell``
+    (a safe cell an exploration reached; the old G becomes ice). The ordinary game on it — "reach the goal G" —
+    is the task the reached cell solves, in the form the held-out test asks."""
+    r, c = int(cell[0]), int(cell[1])
+    if desc[r][c] not in "FG":
+        raise ValueError(f"only a safe cell can become the goal, not {desc[r][c]!r} at row {r + 1}, column {c + 1}")
+    rows = [row.replace("G", "F") for row in desc]
+    rows[r] = rows[r][:c] + "G" + rows[r][c + 1:]
+    return rows
+
+
+def names_another_cell(task: Task) -> bool:
+    """Whether a target task asks for a cell other than its map's goal G (a request the board must mark T)."""
+    r, c = task.goal["target"]
+    return task.goal["map"][r][c] != "G"
+
+
 def _check_task(task: Task) -> None:
     """A synthesized task must name a map, a safe target on it other than the start, and moves."""
     goal = task.goal if isinstance(task.goal, dict) else {}

@@ -16,7 +16,7 @@ from selfevolve.envs.holdout import draw, split_bucket
 # the rooms' helpers are re-exported for callers (``from selfevolve.envs.games.sokoban import solve``)
 from selfevolve.envs.games.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
                                            parse_room, render_room, room_key, solve)
-from selfevolve.envs.games.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, split_tasks
+from selfevolve.envs.games.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, is_solve_task, split_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
 
@@ -112,7 +112,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
         )
         self.split, self.tasks_file = split, str(tasks_file or "")
         self.synth_tasks, self.ordinary = split_tasks(split, self.tasks_file)
-        if self.synth_tasks:
+        if not all(is_solve_task(t) for t in self.synth_tasks):
             self.instructions = self.instructions.replace(
                 answer_format(MOVES, self.moves_per_turn),
                 "A request above the room may ask for something else instead: you standing on a cell, or a box "
@@ -156,6 +156,8 @@ class SokobanEnv(PlaysTasks, TextEnv):
         self.marks = frozenset([player]) if player is not None else \
             frozenset() if task.intent == "solve_room" else boxes
         self.done = self.success
+        if is_solve_task(task):  # the room's own goal (relabelled, or solved by exploring): as a held-out room reads
+            return self.render()
         return f"Request: {task.instruction}\n{self.render()}"
 
     def goal_test(self) -> Callable[[Pos, frozenset], bool] | None:

@@ -28,6 +28,19 @@ def room_rows(room: dict[str, Any]) -> list[str]:
     return ["".join(row.split()) for row in drawn.splitlines()]
 
 
+def relabel_targets(rows: list[str], boxes) -> list[str]:
+    """Hindsight goal relabelling (Andrychowicz et al. 2017, HER): the room with its targets moved onto
+    ``boxes`` (where an exploration left every box). The ordinary game on it — every box onto a target — is the
+    task that end state solves, in the form the held-out test asks."""
+    room = parse_room("\n".join(rows))
+    return room_rows({**room, "targets": {(int(r), int(c)) for r, c in boxes}})
+
+
+def is_solve_task(task: Task) -> bool:
+    """Whether a room task asks for the room's own goal (every box on a target): the ordinary game of its room."""
+    return task.intent == "solve_room"
+
+
 def room_task(task_id: str, seed: int, rows: list[str], moves: list[str], instruction: str, *,
               player: Pos | None = None, boxes: list[Pos] | None = None, split: str = "synth") -> Task:
     """A Sokoban task of ``tasks_file``: the start room of training seed ``seed`` (its rows kept, so the task
