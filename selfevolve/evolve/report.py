@@ -56,6 +56,12 @@ def summary(state: dict) -> dict:
             "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
 
 
+HINDSIGHT_FORMS = {  # evolve.hindsight, in the report's words
+    "goal": "each reached state became its map's or room's own goal: the ordinary game of a relabelled instance",
+    "cell": "a request naming the reached cell, marked T",
+}
+
+
 def saw(state: dict) -> list[str]:
     """What the run saw (issue 41 item 3), from its records."""
     rounds = state["rounds"]
@@ -67,9 +73,7 @@ def saw(state: dict) -> list[str]:
             writers[w] = writers.get(w, 0) + n
     span = f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "none"
     form = state.get("config", {}).get("evolve", {}).get("hindsight")
-    relabel = ([f"- hindsight form: `{form}` (" + ("each reached state became its map's or room's own goal: the "
-                "ordinary game of a relabelled instance" if form == "goal" else "a request naming the reached "
-                "cell, marked T") + ");"] if form else [])
+    relabel = [f"- hindsight form: `{form}` ({HINDSIGHT_FORMS[form]});"] if form in HINDSIGHT_FORMS else []
     return [
         f"- environment: `{state.get('env')}`, its rules and its verifier;",
         f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",

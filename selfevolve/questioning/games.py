@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, relabel_goal, target_task
+from selfevolve.envs.games.frozenlake import MOVES, FrozenLakeEnv, target_task
+from selfevolve.envs.games.frozenlake_tasks import relabel_goal
 from selfevolve.envs.games.moves import parse_moves
 from selfevolve.errors import SelfEvolveError
 from selfevolve.questioning import grid

@@ -17,7 +17,7 @@ from selfevolve.envs.base import StepResult, TextEnv
 from selfevolve.envs.games.frozenlake_maps import MAX_SIZE, check_drawable, gym_seed, map_key, random_map
 # MOVES: gymnasium's action ids 0..3, in this order; the target-task helpers are re-exported for callers
 from selfevolve.envs.games.frozenlake_tasks import (FROZENLAKE_PROFILE, MOVES, names_another_cell,  # noqa: F401
-                                                    relabel_goal, split_tasks, target_task)
+                                                    split_tasks, target_task)
 from selfevolve.envs.games.game_tasks import PlaysTasks, task_for
 from selfevolve.envs.games.moves import answer_format, error_line, parse_moves
 from selfevolve.envs.holdout import draw, split_bucket

@@ -154,7 +154,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
         player, boxes = goal_cells(task.goal)
         self.task = task
         self.marks = frozenset([player]) if player is not None else \
-            frozenset() if task.intent == "solve_room" else boxes
+            frozenset() if is_solve_task(task) else boxes
         self.done = self.success
         if is_solve_task(task):  # the room's own goal (relabelled, or solved by exploring): as a held-out room reads
             return self.render()
