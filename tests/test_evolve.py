@@ -147,6 +147,21 @@ def test_the_learnability_draw_by_hand():
     assert pool.histogram() == {"0.0-0.2": 1, "0.2-0.4": 0, "0.4-0.6": 1, "0.6-0.8": 0, "0.8-1.0": 1, "unplayed": 1}
 
 
+def test_behaviour_cloning_draws_among_the_longest_references():
+    pool = TaskPool()
+    pool.entries = [Entry(WorldTask(id=str(i), solution=moves), "template", 0, 0) for i, (_, moves) in
+                    enumerate(REACHED)]  # references of 1, 2, 2, 3, 4, 5, 6 moves
+    assert pool.longest(1 / 3) == [4, 5, 6]  # ceil(7/3) = 3 tasks: 6, 5 and 4 moves
+    assert pool.longest(0.5) == [3, 4, 5, 6] and pool.longest(1.0) == list(range(7))
+    assert pool.longest(0.2) == [5, 6] and pool.longest(0.01) == [6]
+    pool.entries[5].task.solution = pool.entries[6].task.solution  # a tie at the cut is kept whole
+    assert pool.longest(0.01) == [5, 6]
+    rng = random.Random(0)
+    drawn = [i for _ in range(50) for i in pool.draw(3, rng, among=[1, 4])]
+    assert set(drawn) == {1, 4} and len(drawn) == 150  # only among them, and again once they are used up
+    assert TaskPool().longest(0.5) == [] and pool.draw(2, rng, among=[]) == []
+
+
 def test_the_imitation_loss_by_hand():
     logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     mu = torch.tensor([-1.5, -1.0, float("nan")])  # ratios e^0.5 (cut at c = 1), e^-1; the last a demonstration
@@ -214,6 +229,7 @@ def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
     pool.entries[0].buffer = [{**buffer_rows(demo)[0], "draw": 0}]  # a demonstration's log-probs are 0: rho = pi
     bc = trainer.clone_references(1, 4, seed=0)
     assert bc["bc/demonstrations"] == 4 and bc["bc/demonstrations_solved"] == 4
+    assert bc["bc/tasks"] == 3 and bc["bc/min_moves"] == 4  # the longest third of 7 references of 1..6 moves
     metrics = trainer.train_step()
     assert metrics["imitation/rows"] == 1 and metrics["loss/imitation"] > 0 and "loss/policy" in metrics
     assert src.draws == 1 and sum(e.attempts for e in pool.entries) == 4  # 2 tasks x 2 rollouts counted

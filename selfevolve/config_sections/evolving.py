@@ -121,6 +121,11 @@ class EvolveConfig(_Section):
     bc_steps: int = Field(10, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
                           "in all, split evenly over the rounds (at the start of each round's training).")
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
+    bc_longest: float = Field(
+        1 / 3, gt=0, le=1, description="Behaviour cloning imitates the pool's longest references: the share of "
+        "pool tasks, longest reference first (ties kept), its demonstrations are drawn from, by learnability; 1: "
+        "the whole pool. Most hindsight tasks are a move or two from the start, and cloning those taught the "
+        "135M model to repeat one move (docs/evolve.md, 'Which references to imitate').")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")

@@ -90,14 +90,16 @@ class EvolveTrainer(Trainer):
         return super().update(rows, trajs)
 
     def clone_references(self, steps: int, per_step: int, seed: int) -> dict[str, float]:
-        """Behaviour cloning on the references of pool tasks (``per_step`` drawn by learnability each step):
-        maximum likelihood, as the warm start does on the expert's episodes."""
+        """Behaviour cloning on the references of pool tasks (``per_step`` drawn by learnability each step among
+        the longest ``evolve.bc_longest`` of the pool): maximum likelihood, as the warm start does on the
+        expert's episodes."""
         if steps <= 0:
             return {}
         pool, rng = self.tasks.pool, random.Random(f"evolve-bc-{seed}")
+        among = pool.longest(self.cfg.evolve.bc_longest)
         losses, solved, played = [], 0, 0
         for _ in range(steps):
-            idx = pool.draw(per_step, rng)
+            idx = pool.draw(per_step, rng, among)
             trajs = reference_episodes(self.env_cls, self.env_options, [self.tasks.task(i) for i in idx],
                                        [pool.entries[i].task.solution for i in idx], self.builder,
                                        self.policy.tokenizer)
@@ -107,7 +109,9 @@ class EvolveTrainer(Trainer):
             st = ppo_update(self.policy, self.optimizer, build_rows(trajs, [0.0] * len(trajs)), self.cfg.algo,
                             self.rng, objective="nll")
             losses.append(st["loss/bc"])
-        return {"bc/steps": steps, "bc/demonstrations": played, "bc/demonstrations_solved": solved,
+        moves = [len(pool.entries[i].task.solution or []) for i in among]
+        return {"bc/steps": steps, "bc/tasks": len(among), "bc/min_moves": min(moves, default=0),
+                "bc/demonstrations": played, "bc/demonstrations_solved": solved,
                 "bc/loss_first": losses[0], "bc/loss_last": losses[-1]}
 
 

@@ -18,6 +18,7 @@ pool's counts and buffer exactly as they were at that step.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,14 +84,24 @@ class TaskPool:
     def weight(self, e: Entry) -> float:
         return learnability_weight(self.estimate(e), self.floor) if self.curriculum else 1.0
 
-    def draw(self, n: int, rng: random.Random) -> list[int]:
-        """Indexes of ``n`` pool tasks (without replacement while the pool lasts; then again), by learnability
-        or, with ``curriculum`` off, uniformly."""
+    def draw(self, n: int, rng: random.Random, among: list[int] | None = None) -> list[int]:
+        """Indexes of ``n`` pool tasks (without replacement while they last; then again), by learnability or,
+        with ``curriculum`` off, uniformly; ``among``: only from these indexes."""
+        idx = list(range(len(self.entries))) if among is None else list(among)
         out: list[int] = []
-        while len(out) < n and self.entries:
-            idx = list(range(len(self.entries)))
+        while len(out) < n and idx:
             out += weighted_sample(idx, [self.weight(self.entries[i]) for i in idx], n - len(out), rng)
         return out
+
+    def longest(self, share: float) -> list[int]:
+        """Indexes of the pool's tasks with the longest references: the ``share`` of the pool, longest first,
+        and every task as long as the last one taken (a tie is never split by pool order)."""
+        if not self.entries:
+            return []
+        lengths = [len(e.task.solution or []) for e in self.entries]
+        k = max(1, math.ceil(share * len(lengths)))
+        cut = sorted(lengths, reverse=True)[k - 1]
+        return [i for i, n in enumerate(lengths) if n >= cut]
 
     def histogram(self) -> dict[str, int]:
         """How many played tasks have an empirical success rate s/a in each bin (the unplayed apart)."""

@@ -123,9 +123,11 @@ def markdown(state: dict) -> str:
                          + (f"; {pool['buffered']} successes buffered for replay" if "buffered" in pool else ""))
         bc = rec.get("bc")
         if bc:
+            among = (f" drawn from the {bc['bc/tasks']} tasks of {bc['bc/min_moves']}+ moves" if "bc/tasks" in bc
+                     else "")
             lines.append(f"- behaviour cloning: {bc['bc/steps']} steps on {bc['bc/demonstrations']} reference "
-                         f"demonstrations ({bc['bc/demonstrations_solved']} solved), loss {bc['bc/loss_first']:.3f}"
-                         f" → {bc['bc/loss_last']:.3f}")
+                         f"demonstrations{among} ({bc['bc/demonstrations_solved']} solved), loss "
+                         f"{bc['bc/loss_first']:.3f} → {bc['bc/loss_last']:.3f}")
         tr = rec.get("train", {})
         if tr and "skipped" not in tr:
             lines.append("- RL: " + _kv({k: v for k, v in tr.items()}))
