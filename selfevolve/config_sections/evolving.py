@@ -118,8 +118,9 @@ class EvolveConfig(_Section):
                             "round 0 explores; the ablation).")
     curriculum: bool = Field(True, description="Draw pool tasks by learnability p(1-p) + sampling.floor, a new "
                              "task at sampling.prior (false: uniformly; the ablation).")
-    bc_steps: int = Field(10, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
-                          "in all, split evenly over the rounds (at the start of each round's training).")
+    bc_steps: int = Field(30, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
+                          "in all, split evenly over the rounds (at the start of each round's training). 30 with "
+                          "bc_longest 1/3: FrozenLake's held-out 38.0 % +- 6.3 over 3 seeds (docs/evolve.md).")
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
     bc_longest: float = Field(
         1 / 3, gt=0, le=1, description="Behaviour cloning imitates the pool's longest references: the share of "
