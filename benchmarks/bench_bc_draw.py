@@ -39,13 +39,13 @@ from selfevolve.tasks.learnability import weighted_sample
 DRAWS = ("all", "longest", "length", "final")
 
 
-def weighted_draw(pool: TaskPool, weights: list[float]):
+def weighted_draw(weights: list[float]):
     """A ``pool.draw`` replacement that draws by fixed ``weights`` (without replacement while they last)."""
     idx = [i for i, w in enumerate(weights) if w > 0]
 
     def draw(n: int, rng: random.Random, among=None) -> list[int]:
         out: list[int] = []
-        while len(out) < n:
+        while len(out) < n and idx:
             out += weighted_sample(idx, [weights[i] for i in idx], n - len(out), rng)
         return out
     return draw
@@ -64,13 +64,13 @@ def one(run: Path, draw: str, steps: int, seed: int, out: Path) -> dict:
         e.attempts = e.successes = 0
     moves = [len(e.task.solution or []) for e in pool.entries]
     if draw == "length":
-        pool.draw = weighted_draw(pool, [float(m) for m in moves])
+        pool.draw = weighted_draw([float(m) for m in moves])
     elif draw == "final":
         best: dict[int, int] = {}
         for i, e in enumerate(pool.entries):
             if e.exploration not in best or moves[i] > moves[best[e.exploration]]:
                 best[e.exploration] = i
-        pool.draw = weighted_draw(pool, [1.0 if i in best.values() else 0.0 for i in range(len(moves))])
+        pool.draw = weighted_draw([1.0 if i in best.values() else 0.0 for i in range(len(moves))])
     env_cls = resolve_env(cfg, None)
     tasks = PoolTasks(pool, cfg.env.name, pool_seeds(make_env(env_cls, **cfg.env.options()), pool), seed=seed)
     trainer = EvolveTrainer(cfg, tasks, console=Console(stderr=True))
