@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
 from pathlib import Path
 
@@ -34,21 +33,8 @@ from selfevolve.config import _validate
 from selfevolve.envs import make_env
 from selfevolve.evolve.loop import EvolveTrainer, pool_seeds
 from selfevolve.evolve.pool import PoolTasks, TaskPool
-from selfevolve.tasks.learnability import weighted_sample
 
 DRAWS = ("all", "longest", "length", "final")
-
-
-def weighted_draw(weights: list[float]):
-    """A ``pool.draw`` replacement that draws by fixed ``weights`` (without replacement while they last)."""
-    idx = [i for i, w in enumerate(weights) if w > 0]
-
-    def draw(n: int, rng: random.Random, among=None) -> list[int]:
-        out: list[int] = []
-        while len(out) < n and idx:
-            out += weighted_sample(idx, [weights[i] for i in idx], n - len(out), rng)
-        return out
-    return draw
 
 
 def one(run: Path, draw: str, steps: int, seed: int, out: Path) -> dict:
@@ -64,13 +50,15 @@ def one(run: Path, draw: str, steps: int, seed: int, out: Path) -> dict:
         e.attempts = e.successes = 0
     moves = [len(e.task.solution or []) for e in pool.entries]
     if draw == "length":
-        pool.draw = weighted_draw([float(m) for m in moves])
+        weights = dict(zip(map(id, pool.entries), map(float, moves)))
+        pool.weight = lambda e: weights[id(e)]  # the pool's own draw, by these weights
     elif draw == "final":
         best: dict[int, int] = {}
         for i, e in enumerate(pool.entries):
             if e.exploration not in best or moves[i] > moves[best[e.exploration]]:
                 best[e.exploration] = i
-        pool.draw = weighted_draw([1.0 if i in best.values() else 0.0 for i in range(len(moves))])
+        finals = {id(pool.entries[i]) for i in best.values()}
+        pool.weight = lambda e: 1.0 if id(e) in finals else 0.0  # zero: never drawn
     env_cls = resolve_env(cfg, None)
     tasks = PoolTasks(pool, cfg.env.name, pool_seeds(make_env(env_cls, **cfg.env.options()), pool), seed=seed)
     trainer = EvolveTrainer(cfg, tasks, console=Console(stderr=True))
