@@ -23,7 +23,7 @@ update (seconds and calls) beside it.
     python benchmarks/bench_attribution.py judge --envs shop tables --tasks-per-step 2    # untrained policy
     python benchmarks/bench_attribution.py judge --envs shop --scripted 16     # reference / detour / wrong answer
     python benchmarks/bench_attribution.py judge --envs frozenlake --extra attribution.constrained=true \
-        --tag -constrained                                                      # the same batch, constrained judge
+        --tag=-constrained                                                     # the same batch, constrained judge
     python benchmarks/bench_attribution.py learn --envs frozenlake shop --seeds 0 1 2 --steps 20
     python benchmarks/bench_attribution.py learn --envs frozenlake --seeds 0 --steps 4 --episodes 32   # what fits
 
@@ -308,7 +308,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
     ap.add_argument("--tag", default="", help="judge: a suffix for the judged files and the summary (e.g. "
-                    "'-constrained' with --extra attribution.constrained=true: the same batch, judged again)")
+                    "--tag=-constrained, with '=' as the value starts with a dash, and --extra attribution.constrained=true: "
+                    "the same batch, judged again)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_attribution"))
     args = ap.parse_args()
     if args.envs is None:
