@@ -162,6 +162,18 @@ def test_behaviour_cloning_draws_among_the_longest_references():
     assert TaskPool().longest(0.5) == [] and pool.draw(2, rng, among=[]) == []
 
 
+def test_rl_draws_among_the_longest_references_with_rl_longest():
+    pool = TaskPool()
+    pool.entries = [Entry(WorldTask(id=str(i), solution=moves), "template", 0, 0) for i, (_, moves) in
+                    enumerate(REACHED)]  # references of 1, 2, 2, 3, 4, 5, 6 moves
+    src = PoolTasks(pool, "frozenlake", list(range(7)), among=pool.longest(1 / 3))
+    ids = {t.id for _ in range(20) for t in src.next(2)}
+    assert ids == {"4", "5", "6"} and src.metrics()["pool/drawn_from"] == 3.0
+    whole = PoolTasks(pool, "frozenlake", list(range(7)))  # rl_longest=1, the default: every task
+    assert {t.id for _ in range(40) for t in whole.next(2)} == {str(i) for i in range(7)}
+    assert whole.metrics()["pool/drawn_from"] == 7.0
+
+
 def test_the_imitation_loss_by_hand():
     logp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     mu = torch.tensor([-1.5, -1.0, float("nan")])  # ratios e^0.5 (cut at c = 1), e^-1; the last a demonstration
@@ -370,9 +382,13 @@ def test_one_round_on_sokoban(tmp_path):
     summary = Evolver(load_config(overrides=[*TINY, "env.name=sokoban", "evolve.rounds=1", "train.steps=1",
                                              "train.tasks_per_step=2", "algo.group_size=2", "questioning.explorations=3",
                                              "questioning.steps=5", "eval.episodes=2", "evolve.bc_steps=1",
-                                             "evolve.bc_tasks=3", f"train.out_dir={out}"])).run()
+                                             "evolve.bc_tasks=3", "evolve.rl_longest=0.5",
+                                             f"train.out_dir={out}"])).run()
     rec = json.loads((out / "evolve.json").read_text())["rounds"][0]
     assert summary["rounds"] == 1 and rec["write"]["kept"] > 0 and rec["bc"]["bc/demonstrations_solved"] == 3
+    start = TaskPool()
+    start.load(out / "round-0", "pool")  # RL drew among the longer half of the round's pool (evolve.rl_longest)
+    assert rec["train"]["pool/drawn_from"] == len(start.longest(0.5))
     assert rec["explore"]["valid_answers"] == rec["explore"]["answers"]
     assert set(rec["write"]["intents"]) <= {"reach_cell", "move_box", "solve_room"}
     from selfevolve.envs import SokobanEnv

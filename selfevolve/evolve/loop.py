@@ -287,7 +287,8 @@ class Evolver:
         seeds = pool_seeds(make_env(self.env_cls, **rcfg.env.options()), pool)
         tasks = PoolTasks(pool, self.cfg.env.name, seeds, seed=cfg.seed * 1000 + r,
                           buffer_per_task=cfg.evolve.buffer_per_task,
-                          buffer_rows=buffer_rows if cfg.evolve.imitation_weight > 0 else None)
+                          buffer_rows=buffer_rows if cfg.evolve.imitation_weight > 0 else None,
+                          among=pool.longest(cfg.evolve.rl_longest) if cfg.evolve.rl_longest < 1 else None)
         self.policy = None
         gc.collect()
         t0 = time.perf_counter()

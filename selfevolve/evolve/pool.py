@@ -160,11 +160,12 @@ def _write(path: Path, text: str) -> None:
 class PoolTasks:
     """A round's training-task source over the pool (what :class:`~selfevolve.train.trainer.Trainer` takes as
     ``tasks``). ``seeds[i]`` is the environment seed that starts pool task ``i`` (``split=synth`` with the
-    round's tasks file); ``buffer_rows(traj)`` turns a successful trajectory into the rows the buffer keeps."""
+    round's tasks file); ``buffer_rows(traj)`` turns a successful trajectory into the rows the buffer keeps;
+    ``among``: the pool indexes training draws from (``evolve.rl_longest``; None: every task)."""
 
     def __init__(self, pool: TaskPool, env_name: str, seeds: list[int], *, seed: int = 0, buffer_per_task: int = 2,
-                 buffer_rows=None):
-        self.pool, self.env_name, self.seeds = pool, env_name, seeds
+                 buffer_rows=None, among: list[int] | None = None):
+        self.pool, self.env_name, self.seeds, self.among = pool, env_name, seeds, among
         self.buffer_per_task, self.buffer_rows = buffer_per_task, buffer_rows
         self.rng = random.Random(f"evolve-pool-{seed}")
         self.index = {e.task.id: i for i, e in enumerate(pool.entries)}
@@ -181,7 +182,7 @@ class PoolTasks:
 
     def next(self, n: int) -> list[Task]:
         self.draws += 1
-        return [self.task(i) for i in self.pool.draw(n, self.rng)]
+        return [self.task(i) for i in self.pool.draw(n, self.rng, self.among)]
 
     def update(self, trajectories) -> None:
         """Count each rollout on its task, and keep the latest successes as rows (with the draw they came in)."""
@@ -200,7 +201,8 @@ class PoolTasks:
     def metrics(self) -> dict[str, float]:
         ps = [self.pool.estimate(e) for e in self.pool.entries if e.attempts]
         out = {"pool/tasks": float(len(self.pool)), "pool/played": float(len(ps)),
-               "pool/buffered": float(sum(len(e.buffer) for e in self.pool.entries))}
+               "pool/buffered": float(sum(len(e.buffer) for e in self.pool.entries)),
+               "pool/drawn_from": float(len(self.pool) if self.among is None else len(self.among))}
         if ps:
             out.update({"pool/p_mean": sum(ps) / len(ps), "pool/p_low": sum(p <= 0.1 + 1e-9 for p in ps) / len(ps),
                         "pool/p_high": sum(p >= 0.9 - 1e-9 for p in ps) / len(ps)})

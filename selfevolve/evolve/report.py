@@ -10,7 +10,7 @@ from pathlib import Path
 
 MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
 MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
-         "imitation/ratio", "imitation/clipped", "pool/p_mean")
+         "imitation/ratio", "imitation/clipped", "pool/p_mean", "pool/drawn_from")
 
 
 def train_figures(train_dir: Path) -> dict[str, float]:
