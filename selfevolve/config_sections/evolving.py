@@ -130,8 +130,8 @@ class EvolveConfig(_Section):
     rl_longest: float = Field(
         1.0, gt=0, le=1, description="The RL updates draw their tasks (by learnability) among the pool's longest "
         "references only, as bc_longest does for cloning; 1: the whole pool. Meant against round 0's collapse to "
-        "one repeated move, which a third of FrozenLake's hindsight tasks reward; not measured yet "
-        "(docs/evolve.md, 'Why round 0 ends at Down').")
+        "one repeated move, which a third of FrozenLake's hindsight tasks reward; on round 0 of one seed it did not "
+        "stop it (docs/evolve.md, 'Why round 0 ends at Down').")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
