@@ -308,8 +308,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
     ap.add_argument("--tag", default="", help="judge: a suffix for the judged files and the summary (e.g. "
-                    "--tag=-constrained, with '=' as the value starts with a dash, and --extra attribution.constrained=true: "
-                    "the same batch, judged again)")
+                    "--tag=-constrained, with '=' as the value starts with a dash, and --extra "
+                    "attribution.constrained=true: the same batch, judged again)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_attribution"))
     args = ap.parse_args()
     if args.envs is None:
