@@ -288,7 +288,7 @@ class Evolver:
         tasks = PoolTasks(pool, self.cfg.env.name, seeds, seed=cfg.seed * 1000 + r,
                           buffer_per_task=cfg.evolve.buffer_per_task,
                           buffer_rows=buffer_rows if cfg.evolve.imitation_weight > 0 else None,
-                          among=pool.longest(cfg.evolve.rl_longest) if cfg.evolve.rl_longest < 1 else None)
+                          among=pool.longest(cfg.evolve.rl_longest))  # 1: every task, in pool order
         self.policy = None
         gc.collect()
         t0 = time.perf_counter()
