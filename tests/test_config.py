@@ -5,6 +5,7 @@ Pure Python: no model is loaded.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -292,3 +293,16 @@ def test_docs_yaml_examples_load(tmp_path):
     assert blocks
     for i, block in enumerate(blocks):
         load_config(write(tmp_path, block, f"ex{i}.yaml"))
+
+
+def test_resume_differences_name_the_field_and_take_a_missing_one_at_its_default():
+    from selfevolve.train.run_folder import resume_differences
+
+    now = Config().model_dump(mode="json")
+    saved = json.loads(json.dumps(now))
+    del saved["algo"]["lr"]  # a field added to the library after the run was saved: it ran with the default
+    del saved["search"]  # likewise a whole section
+    assert resume_differences(saved, now, ("algo", "search", "seed")) == []
+    changed = Config(algo={"lr": 0.5}, seed=3).model_dump(mode="json")
+    assert resume_differences(saved, changed, ("algo", "search", "seed")) == ["algo.lr", "seed"]
+    assert resume_differences(saved, changed, ("algo.lr", "algo.epochs")) == ["algo.lr"]

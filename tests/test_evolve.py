@@ -311,9 +311,17 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
         metrics[-1]["loss/policy"] == pytest.approx(mb[-1]["loss/policy"], rel=1e-5, abs=1e-7)
 
     # a resume with another evolve setting is refused, naming it
-    with pytest.raises(Exception, match="evolve"):
+    with pytest.raises(Exception, match=r"its evolve\.imitation_weight settings differ"):
         Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.imitation_weight=0.3"]))
+    # a run saved before a setting existed ran with its default: resuming it with the default is accepted
+    state = json.loads((straight / "evolve.json").read_text())
+    del state["config"]["evolve"]["rl_longest"]
+    (straight / "evolve.json").write_text(json.dumps(state))
+    Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true"]))
+    with pytest.raises(Exception, match=r"its evolve\.rl_longest settings differ"):
+        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
+                                       "evolve.rl_longest=0.5"]))
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):

@@ -41,7 +41,7 @@ from selfevolve.evolve.pool import PoolTasks, TaskPool
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.build import build_policy, build_prompt, resolve_env
 from selfevolve.train.evaluate import eval_env_options, evaluate
-from selfevolve.train.run_folder import RUN_DEFINING
+from selfevolve.train.run_folder import RUN_DEFINING, resume_differences
 from selfevolve.objectives.samples import build_rows
 from selfevolve.train.trainer import Trainer
 from selfevolve.objectives.update import ppo_update
@@ -145,7 +145,9 @@ class Evolver:
             raise SelfEvolveError(f"train.out_dir={str(self.out)!r} is a file, not a folder")
         if path.is_file() and self.cfg.train.resume:
             state = json.loads(path.read_text())
-            diff = [k for k, v in self._dump().items() if state.get("config", {}).get(k) != v]
+            saved = state.get("config", {})
+            diff = resume_differences(saved, self.cfg.model_dump(mode="json"), COMPARED)
+            diff += ["train.steps"] * (saved.get("train.steps") != self.cfg.train.steps)
             if diff:
                 raise SelfEvolveError(f"cannot resume {self.out}: its {', '.join(diff)} settings differ from this "
                                       f"config; only eval.* and train.* other than train.steps may change")

@@ -23,16 +23,36 @@ RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
 
 
 def _run_view(dump: dict, section: str):
-    """A config section as compared on resume; env options with their defaults filled in."""
-    value = dump.get(section)
-    if value is None:  # a run saved before the section existed ran with its defaults
-        value = Config().model_dump(mode="json").get(section)
+    """A config section as compared on resume: a setting the saved run does not name (the section or the field was
+    added to the library since) ran with its default, and env options get their defaults filled in."""
+    default = Config().model_dump(mode="json").get(section)
+    value = dump.get(section, default)
+    if isinstance(value, dict) and isinstance(default, dict):
+        value = {**default, **value}
     if section == "env" and isinstance(value, dict):
         try:
             value = {**env_options(env_class(value.get("name"))), **value}
         except ConfigError:  # a user's own class (the caller passes it in Python): compared as written
             pass
     return value
+
+
+def resume_differences(saved: dict, now: dict, sections) -> list[str]:
+    """The settings of ``sections`` (names, or dotted ``section.field``) whose values differ between a saved
+    run's config dump and this config's, each named as ``section.field`` where one field differs."""
+    diff = []
+    for name in sections:
+        section, _, field = name.partition(".")
+        old, new = _run_view(saved, section), _run_view(now, section)
+        if field:
+            old, new = (old or {}).get(field), (new or {}).get(field)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            diff += [f"{name}.{k}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        else:
+            diff.append(name)
+    return diff
 
 
 def is_run(out: Path) -> bool:
@@ -54,7 +74,7 @@ def check_out_dir(cfg: Config, out: Path) -> None:
         )
     if is_run(out) and cfg.train.resume:
         old = load_yaml((out / "config.yaml").read_text(encoding="utf-8", errors="replace"), out / "config.yaml")
-        diff = [k for k in RUN_DEFINING if _run_view(old, k) != _run_view(cfg.model_dump(mode="json"), k)]
+        diff = resume_differences(old, cfg.model_dump(mode="json"), RUN_DEFINING)
         if diff:
             raise SelfEvolveError(
                 f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
