@@ -147,7 +147,8 @@ class Evolver:
             state = json.loads(path.read_text())
             saved = state.get("config", {})
             diff = resume_differences(saved, self.cfg.model_dump(mode="json"), COMPARED)
-            diff += ["train.steps"] * (saved.get("train.steps") != self.cfg.train.steps)
+            if saved.get("train.steps") != self.cfg.train.steps:
+                diff.append("train.steps")
             if diff:
                 raise SelfEvolveError(f"cannot resume {self.out}: its {', '.join(diff)} settings differ from this "
                                       f"config; only eval.* and train.* other than train.steps may change")

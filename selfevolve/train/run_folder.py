@@ -22,10 +22,11 @@ STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", EVAL_L
 RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
 
 
-def _run_view(dump: dict, section: str):
+def _run_view(dump: dict, section: str, defaults: dict):
     """A config section as compared on resume: a setting the saved run does not name (the section or the field was
-    added to the library since) ran with its default, and env options get their defaults filled in."""
-    default = Config().model_dump(mode="json").get(section)
+    added to the library since) ran with its default (``defaults``: a default config's dump), and env options
+    get their defaults filled in."""
+    default = defaults.get(section)
     value = dump.get(section, default)
     if isinstance(value, dict) and isinstance(default, dict):
         value = {**default, **value}
@@ -40,10 +41,10 @@ def _run_view(dump: dict, section: str):
 def resume_differences(saved: dict, now: dict, sections) -> list[str]:
     """The settings of ``sections`` (names, or dotted ``section.field``) whose values differ between a saved
     run's config dump and this config's, each named as ``section.field`` where one field differs."""
-    diff = []
+    diff, defaults = [], Config().model_dump(mode="json")
     for name in sections:
         section, _, field = name.partition(".")
-        old, new = _run_view(saved, section), _run_view(now, section)
+        old, new = _run_view(saved, section, defaults), _run_view(now, section, defaults)
         if field:
             old, new = (old or {}).get(field), (new or {}).get(field)
         if old == new:
