@@ -305,4 +305,5 @@ def test_resume_differences_name_the_field_and_take_a_missing_one_at_its_default
     assert resume_differences(saved, now, ("algo", "search", "seed")) == []
     changed = Config(algo={"lr": 0.5}, seed=3).model_dump(mode="json")
     assert resume_differences(saved, changed, ("algo", "search", "seed")) == ["algo.lr", "seed"]
-    assert resume_differences(saved, changed, ("algo.lr", "algo.epochs")) == ["algo.lr"]
+    saved["experience"] = None  # an empty section in a hand-written config.yaml: its defaults
+    assert resume_differences(saved, now, ("experience",)) == []

@@ -27,7 +27,9 @@ def _run_view(dump: dict, section: str, defaults: dict):
     added to the library since) ran with its default (``defaults``: a default config's dump), and env options
     get their defaults filled in."""
     default = defaults.get(section)
-    value = dump.get(section, default)
+    value = dump.get(section)
+    if value is None:  # a run saved before the section existed (or with it empty) ran with its defaults
+        value = default
     if isinstance(value, dict) and isinstance(default, dict):
         value = {**default, **value}
     if section == "env" and isinstance(value, dict):
@@ -39,20 +41,17 @@ def _run_view(dump: dict, section: str, defaults: dict):
 
 
 def resume_differences(saved: dict, now: dict, sections) -> list[str]:
-    """The settings of ``sections`` (names, or dotted ``section.field``) whose values differ between a saved
-    run's config dump and this config's, each named as ``section.field`` where one field differs."""
+    """The settings of ``sections`` whose values differ between a saved run's config dump and this config's,
+    each named as ``section.field`` (a section that is one value, such as ``seed``, by its name)."""
     diff, defaults = [], Config().model_dump(mode="json")
-    for name in sections:
-        section, _, field = name.partition(".")
+    for section in sections:
         old, new = _run_view(saved, section, defaults), _run_view(now, section, defaults)
-        if field:
-            old, new = (old or {}).get(field), (new or {}).get(field)
         if old == new:
             continue
         if isinstance(old, dict) and isinstance(new, dict):
-            diff += [f"{name}.{k}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            diff += [f"{section}.{k}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
         else:
-            diff.append(name)
+            diff.append(section)
     return diff
 
 
