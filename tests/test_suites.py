@@ -236,6 +236,50 @@ def test_rg_maze_answers_retries_and_splits():
         make_env(cls, config={"max_grid_sizee": 6})
 
 
+def test_a_seed_whose_generation_fails_is_redrawn_not_a_crash():
+    """reasoning-gym 0.1.25's maze raises for training seed 261 ("Could not find suitable path cell"): that draw
+    is skipped like content on the other side, so a training run that reaches the seed goes on."""
+    env = make_env(env_class("rg:maze"), split="train", retries=2)
+    question = env.reset(261)
+    assert "minimum number of steps" in question and env.step(env.expert_action()).info["success"]
+
+
+def test_draw_content_skips_failed_generations_and_stops_on_a_broken_game():
+    from selfevolve.envs.holdout import bucket, redraw_seed
+    from selfevolve.envs.suites.common import FAILED_DRAWS, draw_content
+    from selfevolve.errors import SelfEvolveError
+
+    fails = {redraw_seed(7, 0), redraw_seed(7, 1)}  # the seed's first two generations raise
+
+    def make(s):
+        if s in fails:
+            raise RuntimeError(f"generator failed on {s}")
+        return f"content-{s}"
+
+    for split in ("train", "test"):
+        got = draw_content("g", split, 7, make, lambda c: c)
+        k = next(k for k in range(2, 1000) if bucket(f"content-{redraw_seed(7, k)}") == split)
+        assert got == f"content-{redraw_seed(7, k)}"  # the first later draw on the split's side
+    assert draw_content("g", "all", 7, make, lambda c: c) == f"content-{redraw_seed(7, 2)}"
+
+    calls = []
+
+    def broken(s):
+        calls.append(s)
+        raise RuntimeError("engine gone")
+
+    with pytest.raises(SelfEvolveError, match=rf"g: the game failed to generate {FAILED_DRAWS} times for seed 7 "
+                                              r"\(last: RuntimeError: engine gone\)"):
+        draw_content("g", "train", 7, broken, lambda c: c)
+    assert len(calls) == FAILED_DRAWS
+
+    def refused(s):
+        raise ConfigError("g: TextWorldExpress refused env.config")
+
+    with pytest.raises(ConfigError, match="refused"):  # the project's own errors are not retried
+        draw_content("g", "train", 7, refused, lambda c: c)
+
+
 def test_rg_reference_answers_that_the_scorer_refuses_are_no_expert():
     """graph_color accepts every proper colouring and keeps a placeholder as its reference answer: no expert,
     no few-shot example, and the game still plays (a wrong colouring scores 0)."""

@@ -20,11 +20,12 @@ from typing import Any, Callable, ClassVar, TypeVar
 
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import bucket, redraw_seed
-from selfevolve.errors import ConfigError
+from selfevolve.errors import ConfigError, SelfEvolveError
 
 SPLITS = ("train", "test", "all")
 REWARDS = ("success", "suite")
 MAX_DRAWS = 1000  # redraws before a split is declared empty
+FAILED_DRAWS = 8  # generations of one seed that may fail before the game is declared broken
 SAME_CONTENT = 32  # this many draws with one content: the game has a single instance
 
 T = TypeVar("T")
@@ -61,17 +62,32 @@ def check_config(env: str, value: Any) -> dict[str, Any]:
 def draw_content(name: str, split: str, seed: int, make: Callable[[int], T], key: Callable[[T], str]) -> T:
     """``make(s)`` for the first of ``seed``'s redraws (``holdout.redraw_seed``) whose content key lies in the
     ``split``'s share; ``split="all"``: the seed's own draw. ConfigError when the split has no content (a game
-    with a single instance has only one side)."""
-    if split == "all":
-        return make(redraw_seed(seed, 0))
+    with a single instance has only one side).
+
+    A generation that raises is skipped like content on the wrong side: suites' generators fail on some items
+    (reasoning-gym's maze raised "Could not find suitable path cell" for training seed 261), and one such seed
+    must not end a run. ``FAILED_DRAWS`` failures for one seed mean the game itself is broken: an error naming
+    it and the last failure. The project's own errors (a refused setting) are raised at once."""
     keys: set[str] = set()
+    failures: list[str] = []
     for k in range(MAX_DRAWS):
-        item = make(redraw_seed(seed, k))
+        try:
+            item = make(redraw_seed(seed, k))
+        except SelfEvolveError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the suite's own generator failing on this item
+            failures.append(f"{type(e).__name__}: {str(e)[:200]}")
+            if len(failures) >= FAILED_DRAWS:
+                raise SelfEvolveError(f"{name}: the game failed to generate {len(failures)} times for seed {seed} "
+                                      f"(last: {failures[-1]})") from e
+            continue
+        if split == "all":
+            return item
         content = key(item)
         if bucket(content) == split:
             return item
         keys.add(content)
-        if k + 1 == SAME_CONTENT and len(keys) == 1:
+        if len(keys) == 1 and k + 1 - len(failures) == SAME_CONTENT:
             raise ConfigError(f"{name}: every seed starts the same game, so it has no held-out {split} split; "
                               f"play it with env.split=all (and eval.env.split=all), which evaluates on the game "
                               f"it trains on")

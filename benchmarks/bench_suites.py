@@ -1,0 +1,116 @@
+"""Learning on environments nobody here wrote (issue 42 item 3): the default recipe (``selfevolve train`` with its
+defaults: the expert warm start where the game has an expert, then 20 GRPO updates) against the untrained model and
+the random valid policy, on each game's held-out tasks, over several seeds.
+
+Each game is one ``selfevolve sweep`` (``OUT/GAME/seed-N``, resumable: a finished seed is skipped, an interrupted
+one continues), so the untrained model's success is the run's own evaluation before training and the trained
+one's after, on the same held-out tasks (the test split from ``eval.seed_offset``). The random valid policy plays
+those same tasks once per seed (a seeded uniform draw from ``valid_actions()`` each turn).
+
+    python benchmarks/bench_suites.py --games rg-maze twx-coin ta-frozenlake --seeds 0 1 2 --workers 3
+    python benchmarks/bench_suites.py --games rg-maze --seeds 0 --extra eval.episodes=16   # a quick look
+
+Writes ``OUT/summary.json`` and prints a markdown table (per game: tasks, random, untrained and trained success
+per seed, mean ± std, seeds learned) and a final SUMMARY line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+SMALL_COIN = ["env.config.numLocations=3", "env.config.includeDoors=0", "env.config.numDistractorItems=0"]
+GAMES = {  # the bench suites' settings (selfevolve/bench/suites.py): what a 135M model can play at all
+    "rg-maze": ["env.name=rg:maze", "env.retries=2"],
+    "twx-coin": ["env.name=twx:coin", *SMALL_COIN],
+    "ta-frozenlake": ["env.name=textarena:FrozenLake-v0"],
+    # one instance from every seed: nothing is held out (docs/environments.md), so it is not in the default list
+    "ta-hanoi": ["env.name=textarena:TowerOfHanoi-v0", "env.split=all", "eval.env.split=all"],
+}
+
+
+def sweep(game: str, args) -> dict:
+    out = args.out / game
+    cmd = [sys.executable, "-m", "selfevolve.cli", "sweep", *GAMES[game], f"seeds={','.join(map(str, args.seeds))}",
+           f"sweep.out_dir={out}", "train.progress=false", *args.extra]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "bench.log").open("a") as log:
+        code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if code != 0 or not (out / "summary.json").is_file():
+        return {"game": game, "error": f"exit {code}, see {out / 'bench.log'}"}
+    return {"game": game, **json.loads((out / "summary.json").read_text())}
+
+
+def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
+    """The random valid policy on the game's held-out tasks, once per seed (wins, tasks)."""
+    from selfevolve.bench import held_out_tasks, resolve
+    from selfevolve.bench.players import play_text, random_chooser
+    from selfevolve.bench.suites import Game
+    from selfevolve.config import load_config
+
+    cfg = load_config(None, [*GAMES[game], *extra])
+    resolved = resolve(Game(cfg.env.name, cfg.env.options(), cfg.eval.env))  # what the runs' evaluation plays
+    if isinstance(resolved, str):
+        return {"error": resolved}
+    env_cls, opts = resolved
+    tasks = held_out_tasks(env_cls, opts, cfg.eval.episodes, cfg.eval.seed_offset)
+    wins = []
+    for seed in seeds:
+        choose, listed = random_chooser(seed)
+        won = play_text(env_cls, opts, tasks, choose)
+        wins.append(sum(won) if all(listed) else None)
+    return {"tasks": len(tasks), "wins": wins}
+
+
+def _pct(xs) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    return f"{100 * statistics.mean(xs):.1f} % ± {100 * (statistics.stdev(xs) if len(xs) > 1 else 0.0):.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--games", nargs="+", default=["rg-maze", "twx-coin", "ta-frozenlake"], choices=list(GAMES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--workers", type=int, default=1, help="games trained at a time (each sweep runs its seeds in turn)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_suites"))
+    args = ap.parse_args()
+    with ThreadPoolExecutor(args.workers) as pool:
+        sweeps = list(pool.map(lambda g: sweep(g, args), args.games))
+    print("| game | held-out tasks | random valid, per seed | untrained, per seed | default recipe, per seed | "
+          "default recipe, mean ± std | seeds learned |")
+    print("|---|---:|---|---|---|---:|---:|")
+    summary, line = {}, []
+    for game, s in zip(args.games, sweeps):
+        rand = random_baseline(game, args.seeds, args.extra)
+        summary[game] = {"sweep": s, "random": rand}
+        if "error" in s:
+            print(f"| {game} | | | | ({s['error']}) | | |")
+            continue
+        per = s["per_seed"]
+        n = rand.get("tasks") or s["per_seed"][0].get("tasks") or 0
+        before = [p.get("before") for p in per]
+        after = [p.get("after") for p in per]
+        rw = rand.get("wins") or []
+        fmt = lambda xs: ", ".join("—" if x is None else f"{round(x * n)}" for x in xs)  # noqa: E731
+        print(f"| {game} | {n} | {', '.join('—' if w is None else str(w) for w in rw)} | {fmt(before)} | "
+              f"{fmt(after)} | {_pct(after)} | {s['learned']} of {len(per)} |")
+        line.append(f"{game} random {_pct([w / n for w in rw if w is not None])}, untrained {_pct(before)}, "
+                    f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print("SUMMARY suites (held-out greedy success, mean ± std over seeds): " + "; ".join(line))
+
+
+if __name__ == "__main__":
+    main()
