@@ -66,7 +66,43 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
         choose, listed = random_chooser(seed)
         won = play_text(env_cls, opts, tasks, choose)
         wins.append(sum(won) if all(listed) else None)
-    return {"tasks": len(tasks), "wins": wins}
+    out = {"tasks": len(tasks), "wins": wins}
+    if cfg.env.name.startswith("rg:"):
+        out["blind"] = blind_answers(env_cls, opts, tasks)
+    return out
+
+
+def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict:
+    """A policy that never reads the question: the most common reference answers of ``draws`` training
+    questions, most common first, one per try. A reasoning-gym answer space can be narrow (maze distances):
+    this is what learning the answers' distribution alone reaches."""
+    from collections import Counter
+
+    from selfevolve.bench.players import play_text
+    from selfevolve.envs import make_env
+
+    probe = make_env(env_cls, **{**options, "split": "train"})
+    try:
+        counts, tries = Counter(), probe.max_turns
+        for seed in range(draws):
+            probe.reset(seed)
+            counts[probe.expert_action()] += 1
+    finally:
+        probe.close()
+    order = [a for a, _ in counts.most_common(tries)]
+    won = play_text(env_cls, options, tasks, lambda envs, obs, acts, ts: [order[min(len(a), len(order) - 1)]
+                                                                          for a in acts])
+    return {"answers": order, "wins": sum(won)}
+
+
+def first_replies(run: Path) -> int | None:
+    """Distinct first replies of the run's last evaluation: 1 means the trained policy ignores the task."""
+    f = run / "eval_trajectories.jsonl"
+    if not f.is_file():
+        return None
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    last = max(r["step"] for r in rows)
+    return len({r["steps"][0]["action_text"] for r in rows if r["step"] == last and r["steps"]})
 
 
 def _pct(xs) -> str:
@@ -80,22 +116,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", nargs="+", default=["rg-maze", "twx-coin", "ta-frozenlake"], choices=list(GAMES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--workers", type=int, default=1, help="games trained at a time (each sweep runs its seeds in turn)")
+    ap.add_argument("--workers", type=int, default=1, help="games trained at a time (a sweep runs its seeds in turn)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_suites"))
     args = ap.parse_args()
     with ThreadPoolExecutor(args.workers) as pool:
         sweeps = list(pool.map(lambda g: sweep(g, args), args.games))
-    print("| game | held-out tasks | random valid, per seed | untrained, per seed | default recipe, per seed | "
-          "default recipe, mean ± std | seeds learned |")
-    print("|---|---:|---|---|---|---:|---:|")
+    print("| game | held-out tasks | random valid, per seed | most common answers (blind) | untrained, per seed | "
+          "default recipe, per seed | default recipe, mean ± std | seeds learned | distinct first replies, trained |")
+    print("|---|---:|---|---|---|---|---:|---:|---|")
     summary, line = {}, []
     for game, s in zip(args.games, sweeps):
         rand = random_baseline(game, args.seeds, args.extra)
         summary[game] = {"sweep": s, "random": rand}
         if "error" in s:
-            print(f"| {game} | | | | ({s['error']}) | | |")
+            print(f"| {game} | | | | | ({s['error']}) | | | |")
             continue
         per = s["per_seed"]
         n = rand.get("tasks") or s["per_seed"][0].get("tasks") or 0
@@ -103,8 +139,12 @@ def main() -> None:
         after = [p.get("after") for p in per]
         rw = rand.get("wins") or []
         fmt = lambda xs: ", ".join("—" if x is None else f"{round(x * n)}" for x in xs)  # noqa: E731
-        print(f"| {game} | {n} | {', '.join('—' if w is None else str(w) for w in rw)} | {fmt(before)} | "
-              f"{fmt(after)} | {_pct(after)} | {s['learned']} of {len(per)} |")
+        blind = rand.get("blind")
+        distinct = [first_replies(args.out / game / f"seed-{p['seed']}") for p in per]
+        blind_cell = f"{blind['wins']} ({', '.join(blind['answers'])})" if blind else "—"
+        random_cell = ", ".join("—" if w is None else str(w) for w in rw)
+        print(f"| {game} | {n} | {random_cell} | {blind_cell} | {fmt(before)} | {fmt(after)} | {_pct(after)} | "
+              f"{s['learned']} of {len(per)} | {', '.join(map(str, distinct))} |")
         line.append(f"{game} random {_pct([w / n for w in rw if w is not None])}, untrained {_pct(before)}, "
                     f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
     args.out.mkdir(parents=True, exist_ok=True)
