@@ -72,7 +72,7 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     return out
 
 
-def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict:
+def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict | None:
     """A policy that never reads the question: the most common reference answers of ``draws`` training
     questions, most common first, one per try. A reasoning-gym answer space can be narrow (maze distances):
     this is what learning the answers' distribution alone reaches."""
@@ -86,21 +86,28 @@ def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict:
         counts, tries = Counter(), probe.max_turns
         for seed in range(draws):
             probe.reset(seed)
-            counts[probe.expert_action()] += 1
+            answer = probe.expert_action()
+            if answer is not None:  # datasets that accept many answers have no expert (docs/environments.md)
+                counts[answer] += 1
     finally:
         probe.close()
+    if not counts:
+        return None
     order = [a for a, _ in counts.most_common(tries)]
     won = play_text(env_cls, options, tasks, lambda envs, obs, acts, ts: [order[min(len(a), len(order) - 1)]
                                                                           for a in acts])
-    return {"answers": order, "wins": sum(won)}
+    return {"answers": order, "counts": counts.most_common(tries), "of": draws, "wins": sum(won)}
 
 
 def first_replies(run: Path) -> int | None:
     """Distinct first replies of the run's last evaluation: 1 means the trained policy ignores the task."""
     f = run / "eval_trajectories.jsonl"
-    if not f.is_file():
+    try:
+        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):  # no evaluation yet, or a line cut by a crash
         return None
-    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    if not rows:
+        return None
     last = max(r["step"] for r in rows)
     return len({r["steps"][0]["action_text"] for r in rows if r["step"] == last and r["steps"]})
 
@@ -128,21 +135,26 @@ def main() -> None:
     print("|---|---:|---|---|---|---|---:|---:|---|")
     summary, line = {}, []
     for game, s in zip(args.games, sweeps):
-        rand = random_baseline(game, args.seeds, args.extra)
+        try:
+            rand = random_baseline(game, args.seeds, args.extra)
+        except Exception as e:  # noqa: BLE001 - the table of the other games is still worth printing
+            rand = {"error": f"{type(e).__name__}: {e}"}
         summary[game] = {"sweep": s, "random": rand}
         if "error" in s:
             print(f"| {game} | | | | | ({s['error']}) | | | |")
             continue
         per = s["per_seed"]
-        n = rand.get("tasks") or s["per_seed"][0].get("tasks") or 0
+        n = rand.get("tasks") or per[0].get("eval_tasks") or 0
         before = [p.get("before") for p in per]
         after = [p.get("after") for p in per]
         rw = rand.get("wins") or []
-        fmt = lambda xs: ", ".join("—" if x is None else f"{round(x * n)}" for x in xs)  # noqa: E731
+        # successes back to counts, each seed over its own evaluation's tasks
+        fmt = lambda xs: ", ".join("—" if x is None else f"{round(x * (p.get('eval_tasks') or n))}"  # noqa: E731
+                                   for x, p in zip(xs, per))
         blind = rand.get("blind")
         distinct = [first_replies(args.out / game / f"seed-{p['seed']}") for p in per]
         blind_cell = f"{blind['wins']} ({', '.join(blind['answers'])})" if blind else "—"
-        random_cell = ", ".join("—" if w is None else str(w) for w in rw)
+        random_cell = ", ".join("—" if w is None else str(w) for w in rw) or f"({rand.get('error', '')[:100]})"
         print(f"| {game} | {n} | {random_cell} | {blind_cell} | {fmt(before)} | {fmt(after)} | {_pct(after)} | "
               f"{s['learned']} of {len(per)} | {', '.join(map(str, distinct))} |")
         line.append(f"{game} random {_pct([w / n for w in rw if w is not None])}, untrained {_pct(before)}, "

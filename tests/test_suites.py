@@ -239,7 +239,12 @@ def test_rg_maze_answers_retries_and_splits():
 def test_a_seed_whose_generation_fails_is_redrawn_not_a_crash():
     """reasoning-gym 0.1.25's maze raises for training seed 261 ("Could not find suitable path cell"): that draw
     is skipped like content on the other side, so a training run that reaches the seed goes on."""
+    from selfevolve.envs.holdout import redraw_seed
+    from selfevolve.envs.suites.reasoning_gym import SIZE
+
     env = make_env(env_class("rg:maze"), split="train", retries=2)
+    with pytest.raises(RuntimeError, match="Could not find suitable path cell"):  # the item itself fails
+        env._items()[redraw_seed(261, 1) % SIZE]
     question = env.reset(261)
     assert "minimum number of steps" in question and env.step(env.expert_action()).info["success"]
 
@@ -268,8 +273,8 @@ def test_draw_content_skips_failed_generations_and_stops_on_a_broken_game():
         calls.append(s)
         raise RuntimeError("engine gone")
 
-    with pytest.raises(SelfEvolveError, match=rf"g: the game failed to generate {FAILED_DRAWS} times for seed 7 "
-                                              r"\(last: RuntimeError: engine gone\)"):
+    with pytest.raises(SelfEvolveError, match=rf"g: generation failed {FAILED_DRAWS} times for seed 7 \(the suite "
+                                              r"or its adapter; last: RuntimeError: engine gone\)"):
         draw_content("g", "train", 7, broken, lambda c: c)
     assert len(calls) == FAILED_DRAWS
 
@@ -278,6 +283,16 @@ def test_draw_content_skips_failed_generations_and_stops_on_a_broken_game():
 
     with pytest.raises(ConfigError, match="refused"):  # the project's own errors are not retried
         draw_content("g", "train", 7, refused, lambda c: c)
+
+    flaky = {redraw_seed(7, k) for k in (1, 2, 3)}
+
+    def one_game(s):  # a single instance with failed generations among its draws: still found to be one
+        if s in flaky:
+            raise RuntimeError("flaky")
+        return "the only game"
+
+    with pytest.raises(ConfigError, match="every seed starts the same game"):
+        draw_content("g", "train" if bucket("the only game") == "test" else "test", 7, one_game, lambda c: c)
 
 
 def test_rg_reference_answers_that_the_scorer_refuses_are_no_expert():

@@ -147,7 +147,7 @@ class Bench:
             try:  # the held-out tasks first: the split's first eval.episodes distinct contents (tasks/source.py)
                 tasks = tasks or held_out_tasks(env_cls, options, e.episodes, e.seed_offset)
                 row[column] = self._play(column, env_cls, options, tasks)
-            except ConfigError as err:  # e.g. TextWorldExpress refusing env.config at the first reset
+            except SelfEvolveError as err:  # TextWorldExpress refusing env.config at the first reset, a broken game
                 row["error"] = str(err)
                 progress.advance(bar, len(self.columns()) - self.columns().index(column))
                 return row

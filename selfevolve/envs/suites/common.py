@@ -6,7 +6,8 @@ the question) hashes into the training share, ``split="test"`` only content that
 (``envs/holdout.py``): a seed whose content falls on the wrong side is redrawn, deterministically. Train and test
 therefore never share a task, however long a run trains; a suite with folds of its own (TextWorldExpress) draws
 from its train or test fold *and* checks the key. ``split="all"`` plays every seed's own content (no held-out
-set: for games with a single instance, such as TowerOfHanoi).
+set: for games with a single instance, such as TowerOfHanoi). A generation that raises is skipped like content on
+the wrong side (reasoning-gym's maze fails on some items); several for one seed stop the run with the error.
 
 **Rewards.** ``reward="success"`` (the default): 1 when the suite says the game is won, 0 otherwise, minus
 ``invalid_penalty`` for an invalid move. ``reward="suite"``: the suite's own reward (TextArena's shaped final
@@ -16,19 +17,21 @@ suite's own figure is kept in ``info["suite_reward"]`` beside the project's.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, ClassVar, TypeVar
 
 from selfevolve.envs.base import TextEnv
 from selfevolve.envs.holdout import bucket, redraw_seed
-from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.errors import ConfigError, SelfEvolveError, bounded
 
 SPLITS = ("train", "test", "all")
 REWARDS = ("success", "suite")
 MAX_DRAWS = 1000  # redraws before a split is declared empty
-FAILED_DRAWS = 8  # generations of one seed that may fail before the game is declared broken
+FAILED_DRAWS = 8  # failed generations of one seed that declare the game broken
 SAME_CONTENT = 32  # this many draws with one content: the game has a single instance
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def check_int(env: str, option: str, value: Any, low: int) -> int:
@@ -61,8 +64,8 @@ def check_config(env: str, value: Any) -> dict[str, Any]:
 
 def draw_content(name: str, split: str, seed: int, make: Callable[[int], T], key: Callable[[T], str]) -> T:
     """``make(s)`` for the first of ``seed``'s redraws (``holdout.redraw_seed``) whose content key lies in the
-    ``split``'s share; ``split="all"``: the seed's own draw. ConfigError when the split has no content (a game
-    with a single instance has only one side).
+    ``split``'s share; ``split="all"``: the seed's own draw (or, if that generation raises, the next one).
+    ConfigError when the split has no content (a game with a single instance has only one side).
 
     A generation that raises is skipped like content on the wrong side: suites' generators fail on some items
     (reasoning-gym's maze raised "Could not find suitable path cell" for training seed 261), and one such seed
@@ -75,11 +78,12 @@ def draw_content(name: str, split: str, seed: int, make: Callable[[int], T], key
             item = make(redraw_seed(seed, k))
         except SelfEvolveError:
             raise
-        except Exception as e:  # noqa: BLE001 - the suite's own generator failing on this item
-            failures.append(f"{type(e).__name__}: {str(e)[:200]}")
+        except Exception as e:  # noqa: BLE001 - the suite's generator (or its adapter) failing on this item
+            failures.append(bounded(f"{type(e).__name__}: {' '.join(str(e).split())}", 300))
+            log.warning("%s: generation %d of seed %d failed (%s); drawing the next", name, k, seed, failures[-1])
             if len(failures) >= FAILED_DRAWS:
-                raise SelfEvolveError(f"{name}: the game failed to generate {len(failures)} times for seed {seed} "
-                                      f"(last: {failures[-1]})") from e
+                raise SelfEvolveError(f"{name}: generation failed {len(failures)} times for seed {seed} (the suite "
+                                      f"or its adapter; last: {failures[-1]})") from e
             continue
         if split == "all":
             return item

@@ -236,6 +236,9 @@ class TWXEnv(SuiteEnv):
         return "\n".join(f"{room.name()}: {room.getDescription()}" for room in rooms)
 
     def reset(self, seed: int) -> str:
+        # the JVM and the folds first: draw() retries a failed generation, not a failed start of Java
+        for fold in (["train", "test"] if self.split == "all" else [self.split]):
+            self.fold_seeds(fold)
         self._state, self._gold, self._content = self.draw(seed, self._generate, lambda item: item[2])
         self._seed, self._actions, self.done = int(seed), [], False
         self._last = f"{self._state['taskDescription']}\n{self._observation()}"
