@@ -50,8 +50,9 @@ def sweep(game: str, args) -> dict:
 
 def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     """The random valid policy on the game's held-out tasks, once per seed (wins, tasks)."""
-    from selfevolve.bench import held_out_tasks, resolve
-    from selfevolve.bench.players import play_text, random_chooser
+    from rich.console import Console
+
+    from selfevolve.bench import Bench, held_out_tasks, resolve
     from selfevolve.bench.suites import Game
     from selfevolve.config import load_config
 
@@ -62,10 +63,9 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     env_cls, opts = resolved
     tasks = held_out_tasks(env_cls, opts, cfg.eval.episodes, cfg.eval.seed_offset)
     wins = []
-    for seed in seeds:
-        choose, listed = random_chooser(seed)
-        won = play_text(env_cls, opts, tasks, choose)
-        wins.append(sum(won) if all(listed) else None)
+    for seed in seeds:  # selfevolve bench's own random column, seeded as a run of that seed would seed it
+        rate = Bench(cfg.model_copy(update={"seed": seed}), None, Console(stderr=True))._random(env_cls, opts, tasks)
+        wins.append(None if rate["success"] is None else round(rate["success"] * len(tasks)))
     out = {"tasks": len(tasks), "wins": wins}
     if cfg.env.name.startswith("rg:"):
         out["blind"] = blind_answers(env_cls, opts, tasks)

@@ -210,11 +210,14 @@ class TWXEnv(SuiteEnv):
                                   "test": list(game.getSeedsTest())}
         return self._folds[key][fold]
 
+    def _played_folds(self) -> list[str]:
+        """The suite's folds this split draws from (``all``: both)."""
+        return ["train", "test"] if self.split == "all" else [self.split]
+
     def _generate(self, s: int) -> tuple[dict[str, Any], list[str], str]:
         """The game of draw ``s``: the suite's seed ``s mod n`` of the split's fold (``all``: both folds)."""
         game = self._open()
-        folds = ["train", "test"] if self.split == "all" else [self.split]
-        seeds = [(fold, seed) for fold in folds for seed in self.fold_seeds(fold)]
+        seeds = [(fold, seed) for fold in self._played_folds() for seed in self.fold_seeds(fold)]
         fold, seed = seeds[s % len(seeds)]
         state = json.loads(game.generateNewGameJSON(seed, fold, True))
         gold = [str(a) for a in game.getGoldActionSequence()]
@@ -237,7 +240,7 @@ class TWXEnv(SuiteEnv):
 
     def reset(self, seed: int) -> str:
         # the JVM and the folds first: draw() retries a failed generation, not a failed start of Java
-        for fold in (["train", "test"] if self.split == "all" else [self.split]):
+        for fold in self._played_folds():
             self.fold_seeds(fold)
         self._state, self._gold, self._content = self.draw(seed, self._generate, lambda item: item[2])
         self._seed, self._actions, self.done = int(seed), [], False
