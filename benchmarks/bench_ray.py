@@ -157,7 +157,7 @@ def main(argv=None) -> None:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     B = args.tasks * args.group
-    rows, results = [], {}
+    results = {}
     torch.set_num_threads(args.local_threads)
     local = Trainer(load_config(overrides=overrides(args, f"{args.out}/local")))
     results["local"] = time_collects(local, args.repeats)

@@ -88,7 +88,7 @@ def main() -> None:
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"| world | split | intent | episodes | success |\n|---|---|---|---|---|")
+    print("| world | split | intent | episodes | success |\n|---|---|---|---|---|")
     for world, entry in results["worlds"].items():
         for split, r in entry["splits"].items():
             print(f"| {world} | {split} | (all) | {args.episodes} | {r['success']:.3f} |")

@@ -61,7 +61,6 @@ def main() -> None:
     tree = trees[args.index]
     nodes = tree["nodes"]
     pos = layout(nodes)
-    byid = {n["id"]: n for n in nodes}
     width = max(x for x, _ in pos.values()) + 1
     depth = -min(y for _, y in pos.values()) + 1
     fig, ax = plt.subplots(figsize=(max(8, 1.5 * width), 1.9 * depth))

@@ -7,7 +7,6 @@ import json
 import random
 
 import pytest
-import torch
 
 from conftest import assert_user_error, invoke
 from served_run import NAME, make_run, serve_run

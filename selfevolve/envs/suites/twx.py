@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from selfevolve.envs.base import StepResult
 from selfevolve.envs.replay import Replay
 from selfevolve.envs.suites import INSTALL, Unavailable
-from selfevolve.envs.suites.common import SuiteEnv, check_config, check_int
+from selfevolve.envs.suites.common import SuiteEnv, check_config
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import clean_text, too_long
 
