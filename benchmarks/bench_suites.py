@@ -11,7 +11,8 @@ those same tasks once per seed (a seeded uniform draw from ``valid_actions()`` e
     python benchmarks/bench_suites.py --games rg-maze --seeds 0 --extra eval.episodes=16   # a quick look
 
 Writes ``OUT/summary.json`` and prints a markdown table (per game: tasks, random, untrained and trained success
-per seed, mean ± std, seeds learned) and a final SUMMARY line.
+per seed, mean ± std, seeds learned, the trained policy's distinct first replies, and the random and trained wins
+in at most ``--within`` turns) and a final SUMMARY line.
 """
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ def sweep(game: str, args) -> dict:
 
 def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     """The random valid policy on the game's held-out tasks, once per seed (wins, tasks)."""
-    from rich.console import Console
-
-    from selfevolve.bench import Bench, held_out_tasks, resolve
+    from selfevolve.bench import held_out_tasks, resolve
+    from selfevolve.bench.players import play_text, random_chooser
     from selfevolve.bench.suites import Game
     from selfevolve.config import load_config
 
@@ -62,11 +62,20 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
         return {"error": resolved}
     env_cls, opts = resolved
     tasks = held_out_tasks(env_cls, opts, cfg.eval.episodes, cfg.eval.seed_offset)
-    wins = []
-    for seed in seeds:  # selfevolve bench's own random column, seeded as a run of that seed would seed it
-        rate = Bench(cfg.model_copy(update={"seed": seed}), None, Console(stderr=True))._random(env_cls, opts, tasks)
-        wins.append(None if rate["success"] is None else round(rate["success"] * len(tasks)))
-    out = {"tasks": len(tasks), "wins": wins}
+    wins, win_turns = [], []
+    for seed in seeds:  # selfevolve bench's own random column (its chooser and player), seeded as a run of that seed
+        choose, listed = random_chooser(seed)
+        played: dict[int, list] = {}
+
+        def recording(envs, obs, acts, ts, choose=choose, played=played):
+            played.update((id(t), a) for a, t in zip(acts, ts))  # each episode's own action list, grown in place
+            return choose(envs, obs, acts, ts)
+
+        won = play_text(env_cls, opts, tasks, recording)
+        listed_all = all(listed)  # a world that cannot list its valid actions has no random valid policy
+        wins.append(sum(won) if listed_all else None)
+        win_turns.append([len(played[id(t)]) for t, w in zip(tasks, won) if w] if listed_all else None)
+    out = {"tasks": len(tasks), "wins": wins, "win_turns": win_turns}
     if cfg.env.name.startswith("rg:"):
         out["blind"] = blind_answers(env_cls, opts, tasks)
     return out
@@ -99,8 +108,8 @@ def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict | Non
     return {"answers": order, "counts": counts.most_common(tries), "of": draws, "wins": sum(won)}
 
 
-def first_replies(run: Path) -> int | None:
-    """Distinct first replies of the run's last evaluation: 1 means the trained policy ignores the task."""
+def last_evaluation(run: Path) -> list[dict] | None:
+    """The episodes of the run's last evaluation, or None before its first."""
     f = run / "eval_trajectories.jsonl"
     try:
         rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
@@ -109,7 +118,22 @@ def first_replies(run: Path) -> int | None:
     if not rows:
         return None
     last = max(r["step"] for r in rows)
-    return len({r["steps"][0]["action_text"] for r in rows if r["step"] == last and r["steps"]})
+    return [r for r in rows if r["step"] == last]
+
+
+def first_replies(episodes: list[dict] | None) -> int | None:
+    """Distinct first replies of an evaluation: 1 means the trained policy ignores the task."""
+    return None if episodes is None else len({r["steps"][0]["action_text"] for r in episodes if r["steps"]})
+
+
+def quick(win_turns: list[int] | None, within: int) -> int | None:
+    """Wins in at most ``within`` turns: on a game whose turn budget lets a random walk win often (coin's 15 turns
+    over 3 rooms), how soon a policy wins is what tells reading the game from wandering."""
+    return None if win_turns is None else sum(t <= within for t in win_turns)
+
+
+def trained_win_turns(episodes: list[dict] | None) -> list[int] | None:
+    return None if episodes is None else [len(r["steps"]) for r in episodes if r.get("success")]
 
 
 def _pct(xs) -> str:
@@ -126,13 +150,15 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="games trained at a time (a sweep runs its seeds in turn)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
+    ap.add_argument("--within", type=int, default=3, help="also count the wins in at most this many turns")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_suites"))
     args = ap.parse_args()
     with ThreadPoolExecutor(args.workers) as pool:
         sweeps = list(pool.map(lambda g: sweep(g, args), args.games))
     print("| game | held-out tasks | random valid, per seed | most common answers (blind) | untrained, per seed | "
-          "default recipe, per seed | default recipe, mean ± std | seeds learned | distinct first replies, trained |")
-    print("|---|---:|---|---|---|---|---:|---:|---|")
+          "default recipe, per seed | default recipe, mean ± std | seeds learned | distinct first replies, trained | "
+          f"won within {args.within} turns: random; trained |")
+    print("|---|---:|---|---|---|---|---:|---:|---|---|")
     summary, line = {}, []
     for game, s in zip(args.games, sweeps):
         try:
@@ -141,7 +167,7 @@ def main() -> None:
             rand = {"error": f"{type(e).__name__}: {e}"}
         summary[game] = {"sweep": s, "random": rand}
         if "error" in s:
-            print(f"| {game} | | | | | ({s['error']}) | | | |")
+            print(f"| {game} | | | | | ({s['error']}) | | | | |")
             continue
         per = s["per_seed"]
         n = rand.get("tasks") or per[0].get("eval_tasks") or 0
@@ -152,11 +178,15 @@ def main() -> None:
         fmt = lambda xs: ", ".join("—" if x is None else f"{round(x * (p.get('eval_tasks') or n))}"  # noqa: E731
                                    for x, p in zip(xs, per))
         blind = rand.get("blind")
-        distinct = [first_replies(args.out / game / f"seed-{p['seed']}") for p in per]
+        evals = [last_evaluation(args.out / game / f"seed-{p['seed']}") for p in per]
+        distinct = [first_replies(e) for e in evals]
+        cells = lambda xs: ", ".join("—" if x is None else str(x) for x in xs)  # noqa: E731
+        quick_cell = (f"{cells(quick(t, args.within) for t in rand.get('win_turns') or [])}; "
+                      f"{cells(quick(trained_win_turns(e), args.within) for e in evals)}")
         blind_cell = f"{blind['wins']} ({', '.join(blind['answers'])})" if blind else "—"
         random_cell = ", ".join("—" if w is None else str(w) for w in rw) or f"({rand.get('error', '')[:100]})"
         print(f"| {game} | {n} | {random_cell} | {blind_cell} | {fmt(before)} | {fmt(after)} | {_pct(after)} | "
-              f"{s['learned']} of {len(per)} | {', '.join(map(str, distinct))} |")
+              f"{s['learned']} of {len(per)} | {', '.join(map(str, distinct))} | {quick_cell} |")
         line.append(f"{game} random {_pct([w / n for w in rw if w is not None])}, untrained {_pct(before)}, "
                     f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
     args.out.mkdir(parents=True, exist_ok=True)
