@@ -50,9 +50,10 @@ def sweep(game: str, args) -> dict:
 
 
 def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
-    """The random valid policy on the game's held-out tasks, once per seed (wins, tasks)."""
-    from selfevolve.bench import held_out_tasks, resolve
-    from selfevolve.bench.players import play_text, random_chooser
+    """The random valid policy on the game's held-out tasks, once per seed (wins, the turns of each win, tasks)."""
+    from rich.console import Console
+
+    from selfevolve.bench import Bench, held_out_tasks, resolve
     from selfevolve.bench.suites import Game
     from selfevolve.config import load_config
 
@@ -63,18 +64,10 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     env_cls, opts = resolved
     tasks = held_out_tasks(env_cls, opts, cfg.eval.episodes, cfg.eval.seed_offset)
     wins, win_turns = [], []
-    for seed in seeds:  # selfevolve bench's own random column (its chooser and player), seeded as a run of that seed
-        choose, listed = random_chooser(seed)
-        played: dict[int, list] = {}
-
-        def recording(envs, obs, acts, ts, choose=choose, played=played):
-            played.update((id(t), a) for a, t in zip(acts, ts))  # each episode's own action list, grown in place
-            return choose(envs, obs, acts, ts)
-
-        won = play_text(env_cls, opts, tasks, recording)
-        listed_all = all(listed)  # a world that cannot list its valid actions has no random valid policy
-        wins.append(sum(won) if listed_all else None)
-        win_turns.append([len(played[id(t)]) for t, w in zip(tasks, won) if w] if listed_all else None)
+    for seed in seeds:  # selfevolve bench's own random column, seeded as a run of that seed would seed it
+        rate = Bench(cfg.model_copy(update={"seed": seed}), None, Console(stderr=True))._random(env_cls, opts, tasks)
+        wins.append(None if rate["success"] is None else round(rate["success"] * len(tasks)))
+        win_turns.append(rate.get("win_turns"))
     out = {"tasks": len(tasks), "wins": wins, "win_turns": win_turns}
     if cfg.env.name.startswith("rg:"):
         out["blind"] = blind_answers(env_cls, opts, tasks)
@@ -117,8 +110,8 @@ def last_evaluation(run: Path) -> list[dict] | None:
         return None
     if not rows:
         return None
-    last = max(r["step"] for r in rows)
-    return [r for r in rows if r["step"] == last]
+    key = lambda r: (r["step"], (r.get("eval") or {}).get("label"))  # noqa: E731 - step 0: start, after warm start
+    return [r for r in rows if key(r) == key(rows[-1])]
 
 
 def first_replies(episodes: list[dict] | None) -> int | None:
@@ -184,10 +177,10 @@ def main() -> None:
         quick_cell = (f"{cells(quick(t, args.within) for t in rand.get('win_turns') or [])}; "
                       f"{cells(quick(trained_win_turns(e), args.within) for e in evals)}")
         blind_cell = f"{blind['wins']} ({', '.join(blind['answers'])})" if blind else "—"
-        random_cell = ", ".join("—" if w is None else str(w) for w in rw) or f"({rand.get('error', '')[:100]})"
+        random_cell = cells(rw) or f"({rand.get('error', '')[:100]})"
         print(f"| {game} | {n} | {random_cell} | {blind_cell} | {fmt(before)} | {fmt(after)} | {_pct(after)} | "
-              f"{s['learned']} of {len(per)} | {', '.join(map(str, distinct))} | {quick_cell} |")
-        line.append(f"{game} random {_pct([w / n for w in rw if w is not None])}, untrained {_pct(before)}, "
+              f"{s['learned']} of {len(per)} | {cells(distinct)} | {quick_cell} |")
+        line.append(f"{game} random {_pct([w / n for w in rw if w is not None and n])}, untrained {_pct(before)}, "
                     f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -69,6 +69,25 @@ def test_the_random_valid_policy_draws_from_the_valid_actions():
     assert won == expected and all(listed) and any(expected)
 
 
+def test_play_text_counts_each_episodes_turns():
+    """rg:maze with 2 retries: the random policy's k-th try (seeded by task and turn) is a uniform distance in
+    5..10; an episode ends at its first right answer (turn k + 1) or after its third wrong one (3 turns)."""
+    cls = env_class("rg:maze")
+    tasks = eval_tasks(make_env(cls, split="test"), 12)
+    turns: list[int] = []
+    won = play_text(cls, {"split": "test", "retries": 2}, tasks, random_chooser(seed=3)[0], turns)
+    env = make_env(cls, split="test")
+    expected_won, expected_turns = [], []
+    for t in tasks:
+        env.reset(t.seed)
+        answer = env.expert_action()
+        tries = [random.Random(f"3/{t.id}/{k}").choice([str(d) for d in range(5, 11)]) for k in range(3)]
+        expected_won.append(answer in tries)
+        expected_turns.append(tries.index(answer) + 1 if answer in tries else 3)
+    assert won == expected_won and turns == expected_turns
+    assert any(n < 3 for n in turns) and 3 in turns  # wins before the last try, and episodes played to the end
+
+
 def test_bench_of_the_untrained_model_writes_one_table(tmp_path):
     cfg = load_config(overrides=[*TINY, "eval.pass_k=2"])
     suite = tmp_path / "small.yaml"  # episodes of 2 turns: the tiny model is slow on TextWorldExpress's rooms

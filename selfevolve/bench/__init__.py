@@ -122,11 +122,11 @@ class Bench:
         return out
 
     def _random(self, env_cls, options: dict, tasks) -> dict:
-        choose, listed = random_chooser(self.cfg.seed)
-        won = play_text(env_cls, options, tasks, choose)
+        choose, listed, turns = *random_chooser(self.cfg.seed), []
+        won = play_text(env_cls, options, tasks, choose, turns)
         if not all(listed):  # the world cannot list its valid actions: no random valid policy
             return {"success": None, "note": "no valid-action list"}
-        return {"success": sum(won) / len(won)}
+        return {"success": sum(won) / len(won), "win_turns": [t for t, w in zip(turns, won) if w]}
 
     # ---- one game -------------------------------------------------------------------------------------------------
     def columns(self) -> list[str]:
@@ -227,7 +227,9 @@ def _rounded(row: dict) -> dict:
     out = dict(row)
     for column in ("agent", "untrained", "random"):
         if isinstance(out.get(column), dict):
-            out[column] = {k: (_score(v) if k != "note" else v) for k, v in out[column].items()}
+            # scores rounded; a note (text) and the random policy's turns of its wins (a list) kept as they are
+            out[column] = {k: (_score(v) if v is None or isinstance(v, (int, float)) else v)
+                           for k, v in out[column].items()}
     return out
 
 

@@ -21,10 +21,11 @@ from selfevolve.types import Task
 Chooser = Callable[[list, list[list[str]], list[list[str]], list[Task]], list[str]]
 
 
-def play_text(env_cls, options: dict, tasks: list[Task], choose: Chooser) -> list[bool]:
+def play_text(env_cls, options: dict, tasks: list[Task], choose: Chooser,
+              turns: list[int] | None = None) -> list[bool]:
     """Play ``tasks`` side by side; each turn ``choose(envs, observations, actions, tasks)`` gives the actions of
     the episodes still running (their past observations and actions, one list per episode). Returns whether
-    each episode succeeded."""
+    each episode succeeded; ``turns``, when given, is extended with the turns each episode played."""
     envs = [make_env(env_cls, **options) for _ in tasks]
     try:
         observations = [[env.reset(t.seed)] for env, t in zip(envs, tasks)]
@@ -45,6 +46,8 @@ def play_text(env_cls, options: dict, tasks: list[Task], choose: Chooser) -> lis
                 if not done:
                     still.append(i)
             active = still
+        if turns is not None:
+            turns.extend(len(a) for a in actions)
         return success
     finally:
         close_all(envs)
