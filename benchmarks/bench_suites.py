@@ -126,6 +126,7 @@ def quick(win_turns: list[int] | None, within: int) -> int | None:
 
 
 def trained_win_turns(episodes: list[dict] | None) -> list[int] | None:
+    """The turns of each won episode of an evaluation."""
     return None if episodes is None else [len(r["steps"]) for r in episodes if r.get("success")]
 
 

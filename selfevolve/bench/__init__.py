@@ -122,7 +122,8 @@ class Bench:
         return out
 
     def _random(self, env_cls, options: dict, tasks) -> dict:
-        choose, listed, turns = *random_chooser(self.cfg.seed), []
+        choose, listed = random_chooser(self.cfg.seed)
+        turns: list[int] = []
         won = play_text(env_cls, options, tasks, choose, turns)
         if not all(listed):  # the world cannot list its valid actions: no random valid policy
             return {"success": None, "note": "no valid-action list"}
