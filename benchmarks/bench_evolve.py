@@ -53,7 +53,9 @@ def run(env: str, arm: str, seed: int, args) -> dict:
            f"train.out_dir={out}", "train.progress=false", *ARMS[arm], *args.extra]
     if state.is_file():
         cmd.append("train.resume=true")
-    env_vars = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
+    env_vars = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    if args.small_heap:  # glibc's own settings, not the run's (selfevolve/models/allocator.py)
+        env_vars["MALLOC_MMAP_THRESHOLD_"] = "65536"
     t0 = time.perf_counter()
     with (out / "bench.log").open("a") as log:
         code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env_vars)
@@ -98,6 +100,9 @@ def main() -> None:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--workers", type=int, default=1, help="runs at a time")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    ap.add_argument("--small-heap", action="store_true",
+                    help="hand freed memory back to the system (glibc's 64 KiB mmap threshold): a smaller peak "
+                    "per run for many runs at once, at about 1.4x the wall time (docs/benchmarks.md)")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for every run (key=value)")
     ap.add_argument("--baseline", type=Path, default=None, help="a selfevolve sweep folder (arm ii)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_evolve"))
