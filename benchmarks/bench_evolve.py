@@ -135,7 +135,8 @@ def main() -> None:
         print(f"baseline (arm ii, {base['source']}): per seed after {[a for _, a in base['per_seed'].values()]}, "
               f"mean gain {summary['baseline_gain_mean']:.3f}")
     (args.out / f"summary-{args.env}.json").write_text(json.dumps(summary, indent=1))
-    line = "; ".join(f"{arm} {s['mean']:.3f}±{s['std']:.3f} (n={len(s['runs'])})" for arm, s in summary["arms"].items())
+    line = "; ".join(f"{arm} {s['mean']:.3f}±{s['std']:.3f} (n={len(s['runs'])})"
+                     for arm, s in summary["arms"].items())
     print(f"SUMMARY evolve {args.env}: held-out greedy success after the last round: {line}")
 
 
