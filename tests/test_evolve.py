@@ -330,6 +330,35 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
     assert r.exit_code == 2 and "evolve.rounds" in r.output and "Traceback" not in r.output
     r = runner.invoke(cli.app, ["evolve", "model.name=tiny", "env.slippery=true", f"train.out_dir={tmp_path}"])
     assert r.exit_code == 2 and "slippery" in r.output
+    r = runner.invoke(cli.app, ["evolve", "model.name=tiny", "env.name=shop", "evolve.explorer=random",
+                                f"train.out_dir={tmp_path}"])
+    assert r.exit_code == 2 and "evolve.explorer=random" in r.output and "tool world" in r.output
+
+
+def test_the_random_explorer_moves_among_the_masked_moves_without_a_model(tmp_path):
+    """evolve.explorer=random: explorations of Sokoban training rooms with no model, each move one the masked
+    explorer may answer at that point (never into a wall the board shows), the same for the same seed; their
+    hindsight tasks verify by replay like the policy's."""
+    from selfevolve.envs import SokobanEnv
+    from selfevolve.evolve import hindsight
+    from selfevolve.questioning.sokoban import SokobanExploration
+
+    cfg = load_config(overrides=[*TINY, "env.name=sokoban", "evolve.explorer=random", "questioning.explorations=40",
+                                 "questioning.steps=10"])
+    records = hindsight.explore_round(cfg, SokobanEnv, None, None, first_seed=5, seed=3)
+    assert [r.seed for r in records] == list(range(5, 45))
+    assert records == hindsight.explore_round(cfg, SokobanEnv, None, None, first_seed=5, seed=3)
+    assert records != hindsight.explore_round(cfg, SokobanEnv, None, None, first_seed=5, seed=4)
+    for record in records:  # replayed: every move was among the allowed ones when it was drawn
+        env = SokobanExploration(SokobanEnv(split="train"), cfg.questioning.breadth_steps, 10)
+        env.reset(record.seed)
+        for turn in record.turns:
+            assert turn["call"] in env.allowed_moves()
+            env.step(turn["call"])
+        assert env.log == record.turns and 1 <= len(record.turns) <= 10
+    kept, report = write_tasks(cfg, SokobanEnv, records, None, set(), [], tmp_path, TaskPool.key)
+    assert kept and report["kept"] == len(kept) == report["candidates"] - sum(report["removed"].values())
+    assert report["removed"]["execution"] == 0 and report["removed"]["unverifiable"] == 0
 
 
 def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_path):

@@ -114,6 +114,11 @@ class EvolveConfig(_Section):
         "cell ('walk to row R, column C', 'push the box to ...', the cell marked T on the board).")
     explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
                                       "(one move an answer), so that an untrained model explores at all.")
+    explorer: Literal["policy", "random"] = Field(
+        "policy", description="Games: who picks each exploring move among the ones explore_constrained allows: "
+        "the policy being trained (the loop's own exploration), or a uniform draw with no model (a diagnostic: "
+        "is the pool's size what holds a game back? Many more explorations cost next to nothing; set "
+        "questioning.explorations). Tool worlds explore with the policy only.")
     reexplore: bool = Field(True, description="Explore again every round with the improved policy (false: only "
                             "round 0 explores; the ablation).")
     curriculum: bool = Field(True, description="Draw pool tasks by learnability p(1-p) + sampling.floor, a new "

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import random
 from collections import Counter
 from typing import Any
 
 from selfevolve.envs import make_env
+from selfevolve.errors import ConfigError
 from selfevolve.models.constrained import Constrained, one_of
 from selfevolve.questioning.explore import Exploration, ExplorationRecord, explore
 from selfevolve.questioning.filters import FILTERS, TOOL_FILTERS
@@ -57,10 +59,17 @@ def explore_round(cfg, env_cls, policy, builder, first_seed: int, seed: int) -> 
     ``first_seed``, ``first_seed + 1``, ...; sampling seeded by ``seed``."""
     q, ev = cfg.questioning, cfg.evolve
     options = train_options(cfg, env_cls)
-    builder = dataclasses.replace(builder, history=q.window)
     exploration = game_of(env_cls)
     factory = lambda: make_env(env_cls, **options)  # noqa: E731
+    if exploration is not None and ev.explorer == "random":  # no model asked (policy and builder unused)
+        return explore_randomly(exploration, factory, explorations=q.explorations, steps=q.steps,
+                                breadth_steps=q.breadth_steps, first_seed=first_seed, seed=seed,
+                                masked=ev.explore_constrained)
+    builder = dataclasses.replace(builder, history=q.window)
     if exploration is None:  # a tool world: the explorer's reply prefill is its output-format aid
+        if ev.explorer != "policy":  # Evolver refuses it first; a direct call gets the same message
+            raise ConfigError(f"evolve.explorer={ev.explorer}: only games (frozenlake, sokoban) explore "
+                              f"without the policy; {cfg.env.name!r} is a tool world (evolve.explorer=policy)")
         profile = env_cls.profile
         entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
         return explore(policy, builder, factory, explorations=q.explorations, steps=q.steps,
@@ -86,6 +95,25 @@ def explore_round(cfg, env_cls, policy, builder, first_seed: int, seed: int) -> 
 
     with policy.constrained(masked):
         return run()
+
+
+def explore_randomly(exploration, factory, *, explorations: int, steps: int, breadth_steps: int, first_seed: int,
+                     seed: int, masked: bool = True) -> list[ExplorationRecord]:
+    """``evolve.explorer=random``: the same explorations as :func:`explore_round`'s (training sandboxes
+    ``first_seed``, ``first_seed + 1``, ..., ``steps`` turns, the same hint), each move drawn uniformly among
+    those the masked explorer may answer (``allowed_moves``; every move of the game with ``masked=False``) and
+    no model asked. A diagnostic: it costs next to nothing, so it shows what a much larger pool would do."""
+    rng = random.Random(f"evolve-random-explorer-{seed}")
+    records = []
+    for i in range(explorations):
+        env = exploration(factory(), breadth_steps, steps, "")
+        env.reset(first_seed + i)
+        for _ in range(steps):
+            moves = env.allowed_moves() if masked else list(env.world.moves)
+            if env.step(rng.choice(moves)).done:
+                break
+        records.append(ExplorationRecord(seed=first_seed + i, turns=env.log))
+    return records
 
 
 def exploration_stats(records: list[ExplorationRecord], env_cls, cfg) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from rich.console import Console
 
 from selfevolve.config import Config, _validate
 from selfevolve.envs import make_env
-from selfevolve.errors import SelfEvolveError
+from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.evolve import hindsight, report
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.pool import PoolTasks, TaskPool
@@ -128,6 +128,9 @@ class Evolver:
         options = hindsight.train_options(cfg, self.env_cls)
         if exploration is not None:
             exploration.game.check_options(options)
+        elif cfg.evolve.explorer != "policy":
+            raise ConfigError(f"evolve.explorer={cfg.evolve.explorer}: only games (frozenlake, sokoban) explore "
+                              f"without the policy; {cfg.env.name!r} is a tool world (evolve.explorer=policy)")
         make_env(self.env_cls, **options)  # bad options fail here, before anything is written
         self.cfg, self.console = cfg, console or Console(stderr=True)
         self.out = Path(cfg.train.out_dir)
@@ -248,11 +251,13 @@ class Evolver:
             return load_explorations(str(folder / "explorations.jsonl"), self.cfg.env.name)
         policy = self._policy_for(r)
         t0 = time.perf_counter()
-        self.say(f"round {r}: exploring {self.cfg.env.name} ({q.explorations} explorations x {q.steps} turns)")
+        who = " with random moves" if self.cfg.evolve.explorer == "random" else ""
+        self.say(f"round {r}: exploring {self.cfg.env.name}{who} ({q.explorations} explorations x {q.steps} turns)")
         records = hindsight.explore_round(self.cfg, self.env_cls, policy, self._builder(policy),
                                           first_seed=r * q.explorations, seed=self.cfg.seed * 1000 + r)
         save_explorations(folder, records)
         rec["explore"] = {**hindsight.exploration_stats(records, self.env_cls, self.cfg),
+                          **({"explorer": "random"} if self.cfg.evolve.explorer == "random" else {}),
                           "seconds": round(time.perf_counter() - t0, 1)}
         rec["stages"].append("explored")
         self._save()

@@ -74,6 +74,9 @@ def saw(state: dict) -> list[str]:
     span = f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "none"
     form = state.get("config", {}).get("evolve", {}).get("hindsight")
     relabel = [f"- hindsight form: `{form}` ({HINDSIGHT_FORMS[form]});"] if form in HINDSIGHT_FORMS else []
+    if state.get("config", {}).get("evolve", {}).get("explorer") == "random":
+        relabel.append("- explorer: **uniform random moves** among those the masked explorer may answer, no model "
+                       "(`evolve.explorer=random`, a diagnostic: the explorations are not the agent's own);")
     return [
         f"- environment: `{state.get('env')}`, its rules and its verifier;",
         f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",
