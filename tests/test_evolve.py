@@ -359,6 +359,38 @@ def test_the_random_explorer_moves_among_the_masked_moves_without_a_model(tmp_pa
     kept, report = write_tasks(cfg, SokobanEnv, records, None, set(), [], tmp_path, TaskPool.key)
     assert kept and report["kept"] == len(kept) == report["candidates"] - sum(report["removed"].values())
     assert report["removed"]["execution"] == 0 and report["removed"]["unverifiable"] == 0
+    # unmasked, every move of the game may be drawn: some walk into a wall the board shows
+    free = load_config(overrides=[*TINY, "env.name=sokoban", "evolve.explorer=random",
+                                  "evolve.explore_constrained=false", "questioning.explorations=40",
+                                  "questioning.steps=10"])
+    from selfevolve.questioning.grid import STEP
+
+    into_walls = 0
+    for record in hindsight.explore_round(free, SokobanEnv, None, None, first_seed=5, seed=3):
+        room = SokobanEnv(split="train")
+        room.reset(record.seed)
+        here = room.player
+        for turn in record.turns:
+            for move, cell in zip(turn["moves"], turn["path"]):
+                into_walls += (here[0] + STEP[move][0], here[1] + STEP[move][1]) in room.walls
+                here = tuple(cell)
+    assert into_walls > 0
+    # a direct call on a tool world is refused as the command refuses it, before anything runs
+    from selfevolve.envs import ShopEnv
+    from selfevolve.errors import ConfigError
+
+    shop = load_config(overrides=[*TINY, "env.name=shop", "evolve.explorer=random"])
+    with pytest.raises(ConfigError, match="evolve.explorer=random.*tool world"):
+        hindsight.explore_round(shop, ShopEnv, None, None, first_seed=0, seed=0)
+    # the run's report says whose explorations they were
+    from selfevolve.evolve import report
+
+    state = {"env": "sokoban", "rounds": [], "config": {"evolve": {"explorer": "random", "explore_constrained": True}}}
+    assert any("uniform random moves** among those the masked explorer may answer" in x for x in report.saw(state))
+    state["config"]["evolve"]["explore_constrained"] = False
+    assert any("among all the game's" in x for x in report.saw(state))
+    state["config"]["evolve"]["explorer"] = "policy"
+    assert not any("random" in x for x in report.saw(state))
 
 
 def test_tool_world_hindsight_tasks_look_ups_and_changes_verified_by_replay(tmp_path):

@@ -115,7 +115,8 @@ class EvolveConfig(_Section):
     explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
                                       "(one move an answer), so that an untrained model explores at all.")
     explorer: Literal["policy", "random"] = Field(
-        "policy", description="Games: who picks each exploring move among the ones explore_constrained allows: "
+        "policy", description="Games: who picks each exploring move among the ones explore_constrained allows "
+        "(every move when it is off): "
         "the policy being trained (the loop's own exploration), or a uniform draw with no model (a diagnostic: "
         "is the pool's size what holds a game back? Many more explorations cost next to nothing; set "
         "questioning.explorations). Tool worlds explore with the policy only.")

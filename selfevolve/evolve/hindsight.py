@@ -10,7 +10,8 @@ ones whose reference replays.
   among them; the hint becomes binding. The untrained 135M model answers the exploration prompt with pieces of
   the board 121 times in 124; masked to the four moves it said Down on nearly every turn (14 cells reached by 16
   explorations, all in the first two columns); masked to the hint's moves, 13 of 16 explorations fell into a
-  hole within 4 answers (33 cells, none of them G).
+  hole within 4 answers (33 cells, none of them G). ``evolve.explorer=random`` (games) draws each move uniformly
+  among the same allowed ones instead, with no model: a diagnostic of what a much larger pool does.
 - **hindsight tasks** (:func:`write_tasks`): every state an exploration reached (a game: a cell stood on, a box
   pushed somewhere, a room solved), or value a call returned (a tool world: a look-up's field, a change's
   result), becomes a candidate; its reference is the loop-erased path that reached it (``grid.erased_walks``).
@@ -56,20 +57,19 @@ def train_options(cfg, env_cls) -> dict:
 
 def explore_round(cfg, env_cls, policy, builder, first_seed: int, seed: int) -> list[ExplorationRecord]:
     """``questioning.explorations`` explorations of ``questioning.steps`` turns on training sandboxes
-    ``first_seed``, ``first_seed + 1``, ...; sampling seeded by ``seed``."""
+    ``first_seed``, ``first_seed + 1``, ...; sampling seeded by ``seed``. With ``evolve.explorer=random``
+    (games only) no model is asked: ``policy`` and ``builder`` may be None."""
     q, ev = cfg.questioning, cfg.evolve
     options = train_options(cfg, env_cls)
     exploration = game_of(env_cls)
+    check_explorer(cfg, exploration)
     factory = lambda: make_env(env_cls, **options)  # noqa: E731
-    if exploration is not None and ev.explorer == "random":  # no model asked (policy and builder unused)
+    if ev.explorer == "random":  # no model asked (policy and builder unused)
         return explore_randomly(exploration, factory, explorations=q.explorations, steps=q.steps,
                                 breadth_steps=q.breadth_steps, first_seed=first_seed, seed=seed,
                                 masked=ev.explore_constrained)
     builder = dataclasses.replace(builder, history=q.window)
     if exploration is None:  # a tool world: the explorer's reply prefill is its output-format aid
-        if ev.explorer != "policy":  # Evolver refuses it first; a direct call gets the same message
-            raise ConfigError(f"evolve.explorer={ev.explorer}: only games (frozenlake, sokoban) explore "
-                              f"without the policy; {cfg.env.name!r} is a tool world (evolve.explorer=policy)")
         profile = env_cls.profile
         entities = ", ".join(e.name.replace("_", " ") + "s" for e in profile.entities)
         return explore(policy, builder, factory, explorations=q.explorations, steps=q.steps,
@@ -95,6 +95,14 @@ def explore_round(cfg, env_cls, policy, builder, first_seed: int, seed: int) -> 
 
     with policy.constrained(masked):
         return run()
+
+
+def check_explorer(cfg, exploration) -> None:
+    """``evolve.explorer=random`` needs a game (``exploration``, from :func:`game_of`): a tool world's calls have
+    arguments to write, which a uniform draw over moves cannot."""
+    if exploration is None and cfg.evolve.explorer != "policy":
+        raise ConfigError(f"evolve.explorer={cfg.evolve.explorer}: only games (frozenlake, sokoban) explore without "
+                          f"the policy; {cfg.env.name!r} is a tool world (evolve.explorer=policy)")
 
 
 def explore_randomly(exploration, factory, *, explorations: int, steps: int, breadth_steps: int, first_seed: int,

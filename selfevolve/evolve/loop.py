@@ -34,7 +34,7 @@ from rich.console import Console
 
 from selfevolve.config import Config, _validate
 from selfevolve.envs import make_env
-from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.errors import SelfEvolveError
 from selfevolve.evolve import hindsight, report
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.pool import PoolTasks, TaskPool
@@ -126,11 +126,9 @@ class Evolver:
                                   f"shop or tables); {cfg.env.name!r} has none")
         exploration = hindsight.game_of(self.env_cls)
         options = hindsight.train_options(cfg, self.env_cls)
+        hindsight.check_explorer(cfg, exploration)
         if exploration is not None:
             exploration.game.check_options(options)
-        elif cfg.evolve.explorer != "policy":
-            raise ConfigError(f"evolve.explorer={cfg.evolve.explorer}: only games (frozenlake, sokoban) explore "
-                              f"without the policy; {cfg.env.name!r} is a tool world (evolve.explorer=policy)")
         make_env(self.env_cls, **options)  # bad options fail here, before anything is written
         self.cfg, self.console = cfg, console or Console(stderr=True)
         self.out = Path(cfg.train.out_dir)

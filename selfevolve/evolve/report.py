@@ -73,17 +73,19 @@ def saw(state: dict) -> list[str]:
             writers[w] = writers.get(w, 0) + n
     span = f"seeds {seeds[0]}–{seeds[-1]}" if seeds else "none"
     form = state.get("config", {}).get("evolve", {}).get("hindsight")
-    relabel = [f"- hindsight form: `{form}` ({HINDSIGHT_FORMS[form]});"] if form in HINDSIGHT_FORMS else []
-    if state.get("config", {}).get("evolve", {}).get("explorer") == "random":
-        relabel.append("- explorer: **uniform random moves** among those the masked explorer may answer, no model "
-                       "(`evolve.explorer=random`, a diagnostic: the explorations are not the agent's own);")
+    notes = [f"- hindsight form: `{form}` ({HINDSIGHT_FORMS[form]});"] if form in HINDSIGHT_FORMS else []
+    ev = state.get("config", {}).get("evolve", {})
+    if ev.get("explorer") == "random":
+        among = "those the masked explorer may answer" if ev.get("explore_constrained", True) else "all the game's moves"
+        notes.append(f"- explorer: **uniform random moves** among {among}, no model (`evolve.explorer=random`, a "
+                     "diagnostic: the explorations are not the agent's own);")
     return [
         f"- environment: `{state.get('env')}`, its rules and its verifier;",
         f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",
         f"- tasks trained on: {kept} written by the agent ({', '.join(f'{w}: {n}' for w, n in writers.items()) or 'none'}),"
         " each verified by replaying its reference; **0 human-written training tasks** (the rounds' environments"
         " play only the pool, `split=synth`);",
-        *relabel,
+        *notes,
         "- expert (BFS) episodes: **0** (`train.warm_start_steps` is not used; behaviour cloning is on the pool's"
         " own reference paths);",
         "- prompt examples: the environment's one format example (its few-shot turns on a hand-made board);",
