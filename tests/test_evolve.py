@@ -474,6 +474,20 @@ def test_one_round_on_sokoban(tmp_path):
                 here = tuple(cell)
 
 
+def test_a_round_with_the_random_explorer(tmp_path):
+    """evolve.explorer=random through the command's own loop: the round records its explorer, the pool fills
+    from the random explorations, and the report says whose moves they were."""
+    out = tmp_path / "rx"
+    Evolver(load_config(overrides=[*TINY, "env.name=sokoban", "evolve.explorer=random", "evolve.rounds=1",
+                                   "train.steps=1", "train.tasks_per_step=2", "algo.group_size=2",
+                                   "questioning.explorations=24", "eval.episodes=2", "evolve.bc_steps=1",
+                                   "evolve.bc_tasks=2", f"train.out_dir={out}"])).run()
+    rec = json.loads((out / "evolve.json").read_text())["rounds"][0]
+    assert rec["explore"]["explorer"] == "random" and rec["explore"]["explorations"] == 24
+    assert rec["write"]["kept"] > 0 and rec["pool"]["tasks"] == rec["write"]["kept"]
+    assert "uniform random moves" in (out / "evolve.md").read_text()
+
+
 def test_the_frozenlake_oracle_measures_a_pool_tasks_target(tmp_path):
     """reward.attribution=oracle inside the loop: a synthesized task's goal is its target cell, G a dead end."""
     from selfevolve.rewards.oracle import GOOD, Oracle, lake_distances

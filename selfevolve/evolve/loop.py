@@ -247,15 +247,17 @@ class Evolver:
         q = self.cfg.questioning
         if "explored" in rec["stages"]:
             return load_explorations(str(folder / "explorations.jsonl"), self.cfg.env.name)
-        policy = self._policy_for(r)
+        randomly = self.cfg.evolve.explorer == "random"
+        policy = None if randomly else self._policy_for(r)  # the random explorer asks no model: none is loaded
         t0 = time.perf_counter()
-        who = " with random moves" if self.cfg.evolve.explorer == "random" else ""
+        who = " with random moves" if randomly else ""
         self.say(f"round {r}: exploring {self.cfg.env.name}{who} ({q.explorations} explorations x {q.steps} turns)")
-        records = hindsight.explore_round(self.cfg, self.env_cls, policy, self._builder(policy),
-                                          first_seed=r * q.explorations, seed=self.cfg.seed * 1000 + r)
+        builder = None if policy is None else self._builder(policy)
+        records = hindsight.explore_round(self.cfg, self.env_cls, policy, builder, first_seed=r * q.explorations,
+                                          seed=self.cfg.seed * 1000 + r)
         save_explorations(folder, records)
         rec["explore"] = {**hindsight.exploration_stats(records, self.env_cls, self.cfg),
-                          **({"explorer": "random"} if self.cfg.evolve.explorer == "random" else {}),
+                          **({"explorer": "random"} if randomly else {}),
                           "seconds": round(time.perf_counter() - t0, 1)}
         rec["stages"].append("explored")
         self._save()
@@ -263,7 +265,8 @@ class Evolver:
 
     def _write(self, r: int, rec: dict, folder: Path, records: list, pool: TaskPool) -> None:
         t0 = time.perf_counter()
-        kept, written = hindsight.write_tasks(self.cfg, self.env_cls, records, self._policy_for(r), pool.keys(),
+        writer = None if self.cfg.evolve.writer == "template" else self._policy_for(r)  # the template asks no model
+        kept, written = hindsight.write_tasks(self.cfg, self.env_cls, records, writer, pool.keys(),
                                               [e.task.instruction for e in pool.entries], folder, TaskPool.key)
         pool.add(kept, r)
         rec["write"] = {**written, "seconds": round(time.perf_counter() - t0, 1)}

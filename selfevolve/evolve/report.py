@@ -76,7 +76,8 @@ def saw(state: dict) -> list[str]:
     notes = [f"- hindsight form: `{form}` ({HINDSIGHT_FORMS[form]});"] if form in HINDSIGHT_FORMS else []
     ev = state.get("config", {}).get("evolve", {})
     if ev.get("explorer") == "random":
-        among = "those the masked explorer may answer" if ev.get("explore_constrained", True) else "all the game's moves"
+        masked = ev.get("explore_constrained", True)
+        among = "those the masked explorer may answer" if masked else "all the game's moves"
         notes.append(f"- explorer: **uniform random moves** among {among}, no model (`evolve.explorer=random`, a "
                      "diagnostic: the explorations are not the agent's own);")
     return [
