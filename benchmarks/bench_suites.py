@@ -31,6 +31,8 @@ GAMES = {  # the bench suites' settings (selfevolve/bench/suites.py): what a 135
     "rg-maze": ["env.name=rg:maze", "env.retries=2"],
     "twx-coin": ["env.name=twx:coin", *SMALL_COIN],
     "ta-frozenlake": ["env.name=textarena:FrozenLake-v0"],
+    # 1..100 in 10 guesses: 17 held-out numbers (20 on the registered 1..20 would be 4); binary search wins in 7
+    "ta-guess": ["env.name=textarena:GuessTheNumber-v0", "env.config.max_number=100"],
     # one instance from every seed: nothing is held out (docs/environments.md), so it is not in the default list
     "ta-hanoi": ["env.name=textarena:TowerOfHanoi-v0", "env.split=all", "eval.env.split=all"],
 }

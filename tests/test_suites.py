@@ -82,6 +82,27 @@ def test_textarena_frozenlake_splits_are_content_disjoint_and_the_expert_solves_
         assert results[-1].info["success"] and results[-1].reward == 1.0
 
 
+def test_textarena_guess_the_number_expert_searches_by_the_hints_and_its_examples_follow_the_config():
+    """Binary search on 1..100 wins within ceil(log2(101)) = 7 guesses on every held-out number; the hints
+    narrow the range by hand: 50 "lower", 25 "higher" leave 26..49, whose middle is 37."""
+    from selfevolve.envs.suites.textarena_experts import guess_range
+
+    assert guess_range(1, 100, [(50, "lower"), (25, "higher")]) == (26, 49)
+    assert guess_range(1, 100, [(50, "lower"), (49, "lower"), (48, "higher")]) == (49, 48)  # contradictory hints: an empty range
+    cls = env_class("textarena:GuessTheNumber-v0")
+    wide = {"max_number": 100}
+    train, test = (contents(make_env(cls, split=s, config=wide), range(300)) for s in ("train", "test"))
+    assert len(test) >= 10 and len(train) > 60 and not train & test
+    env = make_env(cls, split="test", config=wide)
+    for seed in range(20):
+        results = play_expert(env, seed)
+        assert results[-1].info["success"] and len(results) <= 7
+    # the few-shot examples are played under the environment's own settings: a first guess of 50 on 1..100
+    assert [a for _, a in make_env(cls, config=wide).examples] == ["[50]", "[25]"]
+    assert [a for _, a in cls.examples][0] == "[10]"  # 1..20, the registered range
+    assert "between 1 and 100" in make_env(cls, config=wide).examples[0][0]
+
+
 def test_textarena_suite_reward_is_kept_beside_the_project_reward():
     """A fall into the hole below the start: TextArena's shaped reward is the share of the way to the goal,
     distance 1 of 6 on a 4x4 grid (1/6); the project's reward is 0 (no success), or 1/6 with reward=suite."""
@@ -331,6 +352,7 @@ def test_a_suite_that_cannot_run_is_refused_by_name_with_the_reason(name, hide, 
     ("textarena:FrozenLake-v0", ["env.max_turns=3"]),
     ("twx:coin", ["env.max_turns=2"] + [f"env.config.{k}={v}" for k, v in COIN.items()]),
     ("rg:maze", ["env.retries=1", "env.config.max_grid_size=6"]),
+    ("textarena:GuessTheNumber-v0", ["env.max_turns=3", "env.config.max_number=100"]),
 ])
 def test_one_training_step_per_suite_with_the_experts_warm_start(name, options, tmp_path):
     from selfevolve.envs.suites.twx import _JVM

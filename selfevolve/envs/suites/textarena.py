@@ -15,7 +15,7 @@ What the adapter adds to a TextArena game (``docs/environments.md``, "TextArena"
 - **Invalid moves** keep TextArena's rule: ``error_allowance`` invalid moves in a row are forgiven with a
   message (TextArena's default 1), the next ends the game. Each invalid move has ``valid_action=False`` and the
   penalty.
-- **Experts** where the game has one written here (``textarena_experts.py``): TowerOfHanoi and FrozenLake. They
+- **Experts** where the game has one written here (``textarena_experts.py``): TowerOfHanoi, FrozenLake and GuessTheNumber. They
   give the few-shot examples and the warm start.
 
 A game that cannot run here is refused by name when the name is resolved: word games that need NLTK data (a
@@ -114,6 +114,12 @@ class TextArenaEnv(SuiteEnv):
         self._content = ""
         self._last = self._board = ""
         self.done = False
+        if self.config:  # the few-shot examples of these settings (a range of 1..100 shows its own first guess)
+            key = (self.name, _state_text(self.config))
+            if key not in _CONFIG_EXAMPLES:
+                _CONFIG_EXAMPLES[key] = []  # the examples' own environment has these settings: no recursion
+                _CONFIG_EXAMPLES[key] = _examples(type(self), self.config)
+            self.examples = _CONFIG_EXAMPLES[key]
 
     # ---------------------------------------------------------------- the game
     def _new_game(self):
@@ -278,31 +284,46 @@ def game_class(env_id: str) -> type[TextArenaEnv]:
     return cls
 
 
-def _examples(cls: type[TextArenaEnv]) -> list[tuple[str, str]]:
-    """Two turns of the expert on a training game (its rules left out: every episode shows them), or none. A
-    game with a single instance (no training split) shows that one."""
+_CONFIG_EXAMPLES: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (env name, env.config): examples
+
+
+def _examples(cls: type[TextArenaEnv], config: dict | None = None) -> list[tuple[str, str]]:
+    """Two turns of the expert on a training game (its rules left out: every episode shows them), or none: the
+    first of seeds 0..7 whose game lasts two turns (a guessing game can be won by its first guess), else the
+    longest. A game with a single instance (no training split) shows that one. ``config``: the game's settings
+    (``env.config``) over the registered ones."""
     if cls.game_type not in EXPERTS:
         return []
-    out: list[tuple[str, str]] = []
+    best: list[tuple[str, str]] = []
     try:
         try:
-            env = cls(split="train")
+            env = cls(split="train", config=config)
             env.reset(0)
         except ConfigError:
-            env = cls(split="all")
-            env.reset(0)
-        obs = env._board or env.render()
-        for _ in range(2):
-            action = env.expert_action()
-            if action is None:
+            env = cls(split="all", config=config)
+        for seed in range(8):
+            out = _expert_turns(env, seed, 2)
+            best = out if len(out) > len(best) else best
+            if len(best) == 2:
                 break
-            out.append((obs, action))
-            result = env.step(action)
-            if result.done:
-                break
-            obs = result.observation
     except (ConfigError, Exception):  # noqa: BLE001 - examples are a help; a game without them still plays
         return []
+    return best
+
+
+def _expert_turns(env: TextArenaEnv, seed: int, turns: int) -> list[tuple[str, str]]:
+    """The expert's first ``turns`` (observation, move) pairs from ``seed``."""
+    env.reset(seed)
+    obs, out = env._board or env.render(), []
+    for _ in range(turns):
+        action = env.expert_action()
+        if action is None:
+            break
+        out.append((obs, action))
+        result = env.step(action)
+        if result.done:
+            break
+        obs = result.observation
     return out
 
 

@@ -7,6 +7,8 @@ TextArena ships no solvers; these are written from the games' rules (facts, not 
   The first move this recursion makes is the optimal one (the classic minimal solution, 2^n - 1 moves from
   the start).
 - FrozenLake: the first move of a shortest hole-free path to the goal (breadth-first search on the grid).
+- GuessTheNumber: binary search on the hints the game gave ("higher", "lower"), never on the secret: the middle
+  of the range the hints leave, rounded down. It wins within ceil(log2(n + 1)) guesses on n numbers (7 on 1..100).
 
 Keys are the games' class names; values take the raw TextArena environment.
 """
@@ -77,6 +79,21 @@ def _frozenlake_valid(env) -> list[str]:
     return [f"[{name}]" for name, (dr, dc) in _STEPS.items() if 0 <= r + dr < size and 0 <= c + dc < size]
 
 
+def guess_range(low: int, high: int, history: list[tuple[int, str]]) -> tuple[int, int]:
+    """The numbers ``low..high`` that the hints of ``history`` (``(guess, "higher" | "lower")``) still allow."""
+    for guess, hint in history:
+        if hint == "higher":
+            low = max(low, guess + 1)
+        else:
+            high = min(high, guess - 1)
+    return low, high
+
+
+def _guess_expert(env) -> str | None:
+    low, high = guess_range(env.min_number, env.max_number, env.state.game_state.get("guess_history", []))
+    return f"[{(low + high) // 2}]" if low <= high else None
+
+
 def _guess_valid(env) -> list[str]:
     guessed = {g for g, _ in env.state.game_state.get("guess_history", [])}
     return [f"[{n}]" for n in range(env.min_number, env.max_number + 1) if n not in guessed]
@@ -85,6 +102,7 @@ def _guess_valid(env) -> list[str]:
 EXPERTS: dict[str, Callable[[Any], str | None]] = {
     "TowerOfHanoiEnv": _hanoi_expert,
     "FrozenLakeEnv": _frozenlake_expert,
+    "GuessTheNumberEnv": _guess_expert,
 }
 VALID: dict[str, Callable[[Any], list[str]]] = {
     "TowerOfHanoiEnv": _hanoi_valid,
