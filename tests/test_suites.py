@@ -88,7 +88,8 @@ def test_textarena_guess_the_number_expert_searches_by_the_hints_and_its_example
     from selfevolve.envs.suites.textarena_experts import guess_range
 
     assert guess_range(1, 100, [(50, "lower"), (25, "higher")]) == (26, 49)
-    assert guess_range(1, 100, [(50, "lower"), (49, "lower"), (48, "higher")]) == (49, 48)  # contradictory hints: an empty range
+    contradictory = [(50, "lower"), (49, "lower"), (48, "higher")]
+    assert guess_range(1, 100, contradictory) == (49, 48)  # an empty range: the expert has no move
     cls = env_class("textarena:GuessTheNumber-v0")
     wide = {"max_number": 100}
     train, test = (contents(make_env(cls, split=s, config=wide), range(300)) for s in ("train", "test"))

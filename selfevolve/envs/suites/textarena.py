@@ -15,8 +15,8 @@ What the adapter adds to a TextArena game (``docs/environments.md``, "TextArena"
 - **Invalid moves** keep TextArena's rule: ``error_allowance`` invalid moves in a row are forgiven with a
   message (TextArena's default 1), the next ends the game. Each invalid move has ``valid_action=False`` and the
   penalty.
-- **Experts** where the game has one written here (``textarena_experts.py``): TowerOfHanoi, FrozenLake and GuessTheNumber. They
-  give the few-shot examples and the warm start.
+- **Experts** where the game has one written here (``textarena_experts.py``): TowerOfHanoi, FrozenLake and
+  GuessTheNumber. They give the few-shot examples and the warm start.
 
 A game that cannot run here is refused by name when the name is resolved: word games that need NLTK data (a
 download), games for two or more players, games that do not import on this Python.
