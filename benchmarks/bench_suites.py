@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
@@ -75,7 +77,20 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     out = {"tasks": len(tasks), "wins": wins, "win_turns": win_turns}
     if cfg.env.name.startswith("rg:"):
         out["blind"] = blind_answers(env_cls, opts, tasks)
+    if env_cls.game_type == "GuessTheNumberEnv":
+        low, high = guess_bounds(cfg)
+        out["bounds"] = [low, high]
+        out["hint_reading"] = [hint_reading(random_guess_games(env_cls, opts, tasks, seed), low, high)
+                               for seed in seeds]
     return out
+
+
+def guess_bounds(cfg) -> tuple[int, int]:
+    """GuessTheNumber's range under the run's settings (env.config over the registered ones)."""
+    from selfevolve.envs import env_class
+
+    game = {**env_class(cfg.env.name).defaults, **(cfg.env.options().get("config") or {})}
+    return int(game["min_number"]), int(game["max_number"])
 
 
 def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict | None:
@@ -105,6 +120,54 @@ def blind_answers(env_cls, options: dict, tasks, draws: int = 500) -> dict | Non
     return {"answers": order, "counts": counts.most_common(tries), "of": draws, "wins": sum(won)}
 
 
+def hint_reading(games: list[list[tuple[str, str]]], low: int, high: int) -> float | None:
+    """GuessTheNumber: the share of guesses, after each game's first, that lie in the range the game's earlier
+    hints leave ("higher", "lower"). Binary search scores 1; a guesser that ignores the hints scores about the
+    share of the numbers still allowed. ``games``: each game's (reply, observation) pairs."""
+    from selfevolve.envs.suites.textarena_experts import guess_range
+
+    inside = total = 0
+    for game in games:
+        history: list[tuple[int, str]] = []
+        for reply, observation in game:
+            m = re.search(r"\[(\d+)\]", reply)  # the game's own reading of a reply: the first [number]
+            if m is None:
+                continue
+            guess = int(m.group(1))
+            if history:
+                lo, hi = guess_range(low, high, history)
+                inside, total = inside + (lo <= guess <= hi), total + 1
+            hint = re.search(r"target number is (higher|lower)", observation)
+            if hint:
+                history.append((guess, hint.group(1)))
+    return inside / total if total else None
+
+
+def evaluation_games(episodes: list[dict] | None) -> list[list[tuple[str, str]]]:
+    return [[(st["action_text"], st["observation"]) for st in r["steps"]] for r in episodes or []]
+
+
+def random_guess_games(env_cls, options: dict, tasks, seed: int) -> list[list[tuple[str, str]]]:
+    """The random valid policy's games (uniform over the numbers not guessed yet), seeded per task and turn."""
+    from selfevolve.envs import make_env
+
+    env, games = make_env(env_cls, **options), []
+    try:
+        for task in tasks:
+            env.reset(task.seed)
+            game: list[tuple[str, str]] = []
+            for turn in range(env.max_turns):
+                reply = random.Random(f"{seed}/{task.id}/{turn}").choice(env.valid_actions())
+                result = env.step(reply)
+                game.append((reply, result.observation))
+                if result.done:
+                    break
+            games.append(game)
+    finally:
+        env.close()
+    return games
+
+
 def last_evaluation(run: Path) -> list[dict] | None:
     """The episodes of the run's last evaluation, or None before its first."""
     f = run / "eval_trajectories.jsonl"
@@ -116,6 +179,17 @@ def last_evaluation(run: Path) -> list[dict] | None:
         return None
     key = lambda r: (r["step"], (r.get("eval") or {}).get("label"))  # noqa: E731 - step 0: start, after warm start
     return [r for r in rows if key(r) == key(rows[-1])]
+
+
+def first_evaluation(run: Path) -> list[dict] | None:
+    """The episodes of the run's first evaluation (step 0, the untrained model), or None."""
+    f = run / "eval_trajectories.jsonl"
+    try:
+        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    first = [r for r in rows if r["step"] == 0 and (r.get("eval") or {}).get("label") in (None, "start")]
+    return first or None
 
 
 def first_replies(episodes: list[dict] | None) -> int | None:
@@ -160,7 +234,7 @@ def main() -> None:
           "default recipe, per seed | default recipe, mean ± std | seeds learned | distinct first replies, trained | "
           f"won within {args.within} turns: random; trained |")
     print("|---|---:|---|---|---|---|---:|---:|---|---|")
-    summary, line = {}, []
+    summary, line, notes = {}, [], []
     for game, s in zip(args.games, sweeps):
         try:
             rand = random_baseline(game, args.seeds, args.extra)
@@ -188,8 +262,21 @@ def main() -> None:
         random_cell = cells(rw) or f"({rand.get('error', '')[:100]})"
         print(f"| {game} | {n} | {random_cell} | {blind_cell} | {fmt(before)} | {fmt(after)} | {_pct(after)} | "
               f"{s['learned']} of {len(per)} | {cells(distinct)} | {quick_cell} |")
+        if "hint_reading" in rand:  # GuessTheNumber: does the policy read the hints?
+            low, high = rand["bounds"]
+            first = [first_evaluation(args.out / game / f"seed-{p['seed']}") for p in per]
+            reading = {"random": rand["hint_reading"],
+                       "untrained": [hint_reading(evaluation_games(e), low, high) for e in first],
+                       "trained": [hint_reading(evaluation_games(e), low, high) for e in evals]}
+            summary[game]["hint_reading"] = reading
+            share = lambda xs: ", ".join("—" if x is None else f"{100 * x:.0f} %" for x in xs)  # noqa: E731
+            notes.append(f"{game}: guesses inside the range the hints leave (after each game's first): random "
+                         f"{share(reading['random'])}; untrained {share(reading['untrained'])}; trained "
+                         f"{share(reading['trained'])} (binary search: 100 %)")
         line.append(f"{game} random {_pct([w / n for w in rw if w is not None and n])}, untrained {_pct(before)}, "
                     f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
+    for note in notes:
+        print(note)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print("SUMMARY suites (held-out greedy success, mean ± std over seeds): " + "; ".join(line))
