@@ -119,3 +119,19 @@ class SuiteEnv(TextEnv):
         """The project's reward of a step (see the module docstring)."""
         base = float(suite_reward) if self.reward_mode == "suite" else (1.0 if success else 0.0)
         return base - (0.0 if valid else self.invalid_penalty)
+
+
+def expert_turns(env: TextEnv, observation: str, turns: int = 2) -> list[tuple[str, str]]:
+    """The expert's first ``turns`` (observation, move) pairs from ``observation``, the game ``env`` was just
+    reset to (the few-shot examples); fewer when the expert has no move or the game ends."""
+    out: list[tuple[str, str]] = []
+    for _ in range(turns):
+        action = env.expert_action()
+        if action is None:
+            break
+        out.append((observation, action))
+        result = env.step(action)
+        if result.done:
+            break
+        observation = result.observation
+    return out

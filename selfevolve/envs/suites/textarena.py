@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from selfevolve.envs.base import StepResult
 from selfevolve.envs.replay import Replay
 from selfevolve.envs.suites import INSTALL, Unavailable
-from selfevolve.envs.suites.common import SuiteEnv, check_config, check_int
+from selfevolve.envs.suites.common import SuiteEnv, check_config, check_int, expert_turns
 from selfevolve.envs.suites.textarena_experts import EXPERTS, VALID
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import clean_text, too_long
@@ -302,29 +302,14 @@ def _examples(cls: type[TextArenaEnv], config: dict | None = None) -> list[tuple
         except ConfigError:
             env = cls(split="all", config=config)
         for seed in range(8):
-            out = _expert_turns(env, seed, 2)
+            env.reset(seed)
+            out = expert_turns(env, env._board or env.render())
             best = out if len(out) > len(best) else best
             if len(best) == 2:
                 break
     except (ConfigError, Exception):  # noqa: BLE001 - examples are a help; a game without them still plays
         return []
     return best
-
-
-def _expert_turns(env: TextArenaEnv, seed: int, turns: int) -> list[tuple[str, str]]:
-    """The expert's first ``turns`` (observation, move) pairs from ``seed``."""
-    env.reset(seed)
-    obs, out = env._board or env.render(), []
-    for _ in range(turns):
-        action = env.expert_action()
-        if action is None:
-            break
-        out.append((obs, action))
-        result = env.step(action)
-        if result.done:
-            break
-        obs = result.observation
-    return out
 
 
 ADAPTER = TextArenaEnv  # what selfevolve.envs.suites.adapters() lists

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from selfevolve.envs.base import StepResult
 from selfevolve.envs.replay import Replay
 from selfevolve.envs.suites import INSTALL, Unavailable
-from selfevolve.envs.suites.common import SuiteEnv, check_config
+from selfevolve.envs.suites.common import SuiteEnv, check_config, expert_turns
 from selfevolve.errors import ConfigError
 from selfevolve.untrusted import clean_text, too_long
 
@@ -141,21 +141,10 @@ class _GoldExamples:
         probe = cls(split="train", **options)
         key = f"{probe.game}?{probe.params}?{probe.show_actions}"
         if key not in TWXEnv._examples_cache:
-            out: list[tuple[str, str]] = []
             try:
-                obs = probe.reset(0)
-                for _ in range(2):
-                    action = probe.expert_action()
-                    if action is None:
-                        break
-                    out.append((obs, action))
-                    result = probe.step(action)
-                    if result.done:
-                        break
-                    obs = result.observation
+                TWXEnv._examples_cache[key] = expert_turns(probe, probe.reset(0))
             finally:
                 probe.close()
-            TWXEnv._examples_cache[key] = out
         return list(TWXEnv._examples_cache[key])
 
 
