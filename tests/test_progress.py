@@ -137,6 +137,10 @@ def test_clock_counts_and_the_sentence_without_evaluations(tmp_path):
                                             '{"step": 20, "eval/success": 0.4375}\n')
     assert final_sentence(tmp_path, 0, 64, 45, None) == f"held-out success 0/64 → 28/64 (seed 0) in 45 s; run " \
                                                         f"folder {tmp_path}"
+    # train.steps=0 eval.after_warm_start=true: the evaluation after the warm start is the run's last
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "eval/success": 0.0588, "eval/tasks": 17, '
+                                            '"warm/success": 0.2353, "warm/tasks": 17}\n')
+    assert final_sentence(tmp_path, 0, 64, 45, None).startswith("held-out success 1/17 → 4/17 (seed 0)")
 
 
 def test_a_terminal_gets_the_live_bar_anything_else_plain_lines(tmp_path):

@@ -187,7 +187,9 @@ def make_progress(console: Console, enabled: bool, total: int, done: int, episod
 
 def eval_successes(out_dir: Path) -> list[tuple[float, int | None]]:
     """``(eval/success, eval/tasks)`` of every record of the run's ``metrics.jsonl`` that has one, in order
-    (``eval/tasks``: how many distinct held-out tasks there were; None in runs older than it)."""
+    (``eval/tasks``: how many distinct held-out tasks there were; None in runs older than it). The evaluation
+    after the warm start (``eval.after_warm_start``: ``warm/success``, ``warm/tasks`` in step 0's record) comes
+    after that record's own, so that ``train.steps=0`` ends on it."""
     path = out_dir / "metrics.jsonl"
     found = []
     if path.is_file():
@@ -196,9 +198,13 @@ def eval_successes(out_dir: Path) -> list[tuple[float, int | None]]:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(rec, dict) and isinstance(rec.get("eval/success"), (int, float)):
-                tasks = rec.get("eval/tasks")
-                found.append((float(rec["eval/success"]), int(tasks) if isinstance(tasks, (int, float)) else None))
+            if not isinstance(rec, dict):
+                continue
+            for kind in ("eval", "warm"):
+                if isinstance(rec.get(f"{kind}/success"), (int, float)):
+                    tasks = rec.get(f"{kind}/tasks")
+                    found.append((float(rec[f"{kind}/success"]),
+                                  int(tasks) if isinstance(tasks, (int, float)) else None))
     return found
 
 
