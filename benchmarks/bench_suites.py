@@ -12,7 +12,8 @@ those same tasks once per seed (a seeded uniform draw from ``valid_actions()`` e
 
 Writes ``OUT/summary.json`` and prints a markdown table (per game: tasks, random, untrained and trained success
 per seed, mean ± std, seeds learned, the trained policy's distinct first replies, and the random and trained wins
-in at most ``--within`` turns) and a final SUMMARY line.
+in at most ``--within`` turns), for GuessTheNumber a note on how many guesses follow the hints (random,
+untrained, trained), and a final SUMMARY line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -33,7 +33,7 @@ GAMES = {  # the bench suites' settings (selfevolve/bench/suites.py): what a 135
     "rg-maze": ["env.name=rg:maze", "env.retries=2"],
     "twx-coin": ["env.name=twx:coin", *SMALL_COIN],
     "ta-frozenlake": ["env.name=textarena:FrozenLake-v0"],
-    # 1..100 in 10 guesses: 17 held-out numbers (20 on the registered 1..20 would be 4); binary search wins in 7
+    # 1..100: 17 held-out numbers (the registered 1..20 holds out 3); binary search wins within 7 guesses
     "ta-guess": ["env.name=textarena:GuessTheNumber-v0", "env.config.max_number=100"],
     # one instance from every seed: nothing is held out (docs/environments.md), so it is not in the default list
     "ta-hanoi": ["env.name=textarena:TowerOfHanoi-v0", "env.split=all", "eval.env.split=all"],
@@ -77,7 +77,7 @@ def random_baseline(game: str, seeds: list[int], extra: list[str]) -> dict:
     out = {"tasks": len(tasks), "wins": wins, "win_turns": win_turns}
     if cfg.env.name.startswith("rg:"):
         out["blind"] = blind_answers(env_cls, opts, tasks)
-    if env_cls.game_type == "GuessTheNumberEnv":
+    if getattr(env_cls, "game_type", None) == "GuessTheNumberEnv":  # a TextArena game (rg, twx: no game_type)
         low, high = guess_bounds(cfg)
         out["bounds"] = [low, high]
         out["hint_reading"] = [hint_reading(random_guess_games(env_cls, opts, tasks, seed), low, high)
@@ -148,33 +148,26 @@ def evaluation_games(episodes: list[dict] | None) -> list[list[tuple[str, str]]]
 
 
 def random_guess_games(env_cls, options: dict, tasks, seed: int) -> list[list[tuple[str, str]]]:
-    """The random valid policy's games (uniform over the numbers not guessed yet), seeded per task and turn."""
-    from selfevolve.envs import make_env
+    """The random valid policy's games (uniform over the numbers not guessed yet), seeded as its wins are."""
+    from selfevolve.bench.players import play_text, random_chooser
 
-    env, games = make_env(env_cls, **options), []
-    try:
-        for task in tasks:
-            env.reset(task.seed)
-            game: list[tuple[str, str]] = []
-            for turn in range(env.max_turns):
-                reply = random.Random(f"{seed}/{task.id}/{turn}").choice(env.valid_actions())
-                result = env.step(reply)
-                game.append((reply, result.observation))
-                if result.done:
-                    break
-            games.append(game)
-    finally:
-        env.close()
+    games: list[list[tuple[str, str]]] = []
+    play_text(env_cls, options, tasks, random_chooser(seed)[0], games=games)
     return games
+
+
+def evaluations(run: Path) -> list[dict]:
+    """Every episode of the run's evaluations, in order (none before its first)."""
+    try:
+        return [json.loads(line) for line in (run / "eval_trajectories.jsonl").read_text().splitlines()
+                if line.strip()]
+    except (OSError, ValueError):  # no evaluation yet, or a line cut by a crash
+        return []
 
 
 def last_evaluation(run: Path) -> list[dict] | None:
     """The episodes of the run's last evaluation, or None before its first."""
-    f = run / "eval_trajectories.jsonl"
-    try:
-        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):  # no evaluation yet, or a line cut by a crash
-        return None
+    rows = evaluations(run)
     if not rows:
         return None
     key = lambda r: (r["step"], (r.get("eval") or {}).get("label"))  # noqa: E731 - step 0: start, after warm start
@@ -183,12 +176,7 @@ def last_evaluation(run: Path) -> list[dict] | None:
 
 def first_evaluation(run: Path) -> list[dict] | None:
     """The episodes of the run's first evaluation (step 0, the untrained model), or None."""
-    f = run / "eval_trajectories.jsonl"
-    try:
-        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return None
-    first = [r for r in rows if r["step"] == 0 and (r.get("eval") or {}).get("label") in (None, "start")]
+    first = [r for r in evaluations(run) if r["step"] == 0 and (r.get("eval") or {}).get("label") in (None, "start")]
     return first or None
 
 
@@ -276,7 +264,7 @@ def main() -> None:
         line.append(f"{game} random {_pct([w / n for w in rw if w is not None and n])}, untrained {_pct(before)}, "
                     f"trained {_pct(after)}, {s['learned']}/{len(per)} learned")
     for note in notes:
-        print(note)
+        print(f"\n{note}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print("SUMMARY suites (held-out greedy success, mean ± std over seeds): " + "; ".join(line))

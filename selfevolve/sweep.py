@@ -90,9 +90,10 @@ def read_run(run_dir: Path, seed: int, wall_s: float) -> SeedResult:
         steps = max(steps, step)
         if isinstance(row.get("success/rate"), (int, float)):
             curve.append((step, float(row["success/rate"])))
-        if isinstance(row.get("eval/success"), (int, float)):
-            evals.append((step, float(row["eval/success"])))
-            tasks = row.get("eval/tasks", tasks)
+        for kind in ("eval", "warm"):  # warm/: the evaluation after the warm start, in step 0's record after eval/
+            if isinstance(row.get(f"{kind}/success"), (int, float)):
+                evals.append((step, float(row[f"{kind}/success"])))
+                tasks = row.get(f"{kind}/tasks", tasks)
     before = evals[0][1] if evals and evals[0][0] == 0 else None
     after = evals[-1][1] if evals else None
     best_step, best = max(evals, key=lambda e: (e[1], -e[0])) if evals else (None, None)

@@ -19,6 +19,7 @@ from selfevolve.envs import env_class, make_env
 from selfevolve.envs.replay import Replay
 from selfevolve.envs.suites import Unavailable
 from selfevolve.errors import ConfigError
+from selfevolve.tasks.source import eval_tasks
 from selfevolve.train.trainer import Trainer
 from conftest import cli_env
 
@@ -95,8 +96,8 @@ def test_textarena_guess_the_number_expert_searches_by_the_hints_and_its_example
     train, test = (contents(make_env(cls, split=s, config=wide), range(300)) for s in ("train", "test"))
     assert len(test) >= 10 and len(train) > 60 and not train & test
     env = make_env(cls, split="test", config=wide)
-    for seed in range(20):
-        results = play_expert(env, seed)
+    for task in eval_tasks(make_env(cls, split="test", config=wide), len(test)):  # every held-out number
+        results = play_expert(env, task.seed)
         assert results[-1].info["success"] and len(results) <= 7
     # the few-shot examples are played under the environment's own settings: a first guess of 50 on 1..100
     assert [a for _, a in make_env(cls, config=wide).examples] == ["[50]", "[25]"]

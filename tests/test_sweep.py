@@ -113,3 +113,14 @@ def test_view_of_a_sweep_links_each_seed(tmp_path):
     assert "2 of 2 seeds learned" in page and "data:image/png;base64," in page
     assert "<script" not in page and "default-src 'none'" in page
     assert (tmp_path / "seed-0" / "view.html").is_file()
+
+
+def test_a_warm_start_only_run_ends_on_its_evaluation_after_the_warm_start(tmp_path):
+    """train.steps=0 eval.after_warm_start=true: step 0's record holds the start (1/17) and, after it, the
+    evaluation after the warm start (4/17), which is the run's "after"."""
+    folder = tmp_path / "seed-0"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 1 / 17, "eval/tasks": 17,
+                                                      "warm/success": 4 / 17, "warm/tasks": 17}) + "\n")
+    r = read_run(folder, 0, 60)
+    assert (r.before, r.after, r.eval_tasks) == (1 / 17, 4 / 17, 17)

@@ -22,10 +22,11 @@ Chooser = Callable[[list, list[list[str]], list[list[str]], list[Task]], list[st
 
 
 def play_text(env_cls, options: dict, tasks: list[Task], choose: Chooser,
-              turns: list[int] | None = None) -> list[bool]:
+              turns: list[int] | None = None, games: list | None = None) -> list[bool]:
     """Play ``tasks`` side by side; each turn ``choose(envs, observations, actions, tasks)`` gives the actions of
     the episodes still running (their past observations and actions, one list per episode). Returns whether
-    each episode succeeded; ``turns``, when given, is extended with the turns each episode played."""
+    each episode succeeded; ``turns``, when given, is extended with the turns each episode played, ``games``
+    with each episode's (action, the observation that answered it) pairs."""
     envs = [make_env(env_cls, **options) for _ in tasks]
     try:
         observations = [[env.reset(t.seed)] for env, t in zip(envs, tasks)]
@@ -48,6 +49,8 @@ def play_text(env_cls, options: dict, tasks: list[Task], choose: Chooser,
             active = still
         if turns is not None:
             turns.extend(len(a) for a in actions)
+        if games is not None:
+            games.extend(list(zip(a, o[1:])) for a, o in zip(actions, observations))
         return success
     finally:
         close_all(envs)

@@ -118,7 +118,11 @@ class TextArenaEnv(SuiteEnv):
             key = (self.name, _state_text(self.config))
             if key not in _CONFIG_EXAMPLES:
                 _CONFIG_EXAMPLES[key] = []  # the examples' own environment has these settings: no recursion
-                _CONFIG_EXAMPLES[key] = _examples(type(self), self.config)
+                try:
+                    _CONFIG_EXAMPLES[key] = _examples(type(self), self.config)
+                except BaseException:  # interrupted: no empty entry left behind for later environments
+                    _CONFIG_EXAMPLES.pop(key, None)
+                    raise
             self.examples = _CONFIG_EXAMPLES[key]
 
     # ---------------------------------------------------------------- the game
@@ -288,9 +292,10 @@ _CONFIG_EXAMPLES: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (env name
 
 
 def _examples(cls: type[TextArenaEnv], config: dict | None = None) -> list[tuple[str, str]]:
-    """Two turns of the expert on a training game (its rules left out: every episode shows them), or none: the
-    first of seeds 0..7 whose game lasts two turns (a guessing game can be won by its first guess), else the
-    longest. A game with a single instance (no training split) shows that one. ``config``: the game's settings
+    """Two turns of the expert on a training game, or none: the first of seeds 0..7 whose game lasts two turns (a
+    guessing game can be won by its first guess), else the longest. The first observation is the game's board,
+    its rules left out as every episode shows them (a game without a board, such as GuessTheNumber, shows its
+    rules). A game with a single instance (no training split) shows that one. ``config``: the game's settings
     (``env.config``) over the registered ones."""
     if cls.game_type not in EXPERTS:
         return []
