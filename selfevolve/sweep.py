@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from selfevolve.errors import ConfigError
+from selfevolve.train.metrics import held_out_evaluations
 
 DONE = "sweep_done.json"  # a finished seed's record, in its run folder
 
@@ -90,10 +91,9 @@ def read_run(run_dir: Path, seed: int, wall_s: float) -> SeedResult:
         steps = max(steps, step)
         if isinstance(row.get("success/rate"), (int, float)):
             curve.append((step, float(row["success/rate"])))
-        for kind in ("eval", "warm"):  # warm/: the evaluation after the warm start, in step 0's record after eval/
-            if isinstance(row.get(f"{kind}/success"), (int, float)):
-                evals.append((step, float(row[f"{kind}/success"])))
-                tasks = row.get(f"{kind}/tasks", tasks)
+        for success, n in held_out_evaluations(row):  # the step's, then (step 0) the one after the warm start
+            evals.append((step, success))
+            tasks = n if n is not None else tasks
     before = evals[0][1] if evals and evals[0][0] == 0 else None
     after = evals[-1][1] if evals else None
     best_step, best = max(evals, key=lambda e: (e[1], -e[0])) if evals else (None, None)

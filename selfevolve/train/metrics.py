@@ -28,6 +28,18 @@ from selfevolve.types import Trajectory
 WARM_LOG = "warm_start.jsonl"
 
 
+def held_out_evaluations(record: dict) -> list[tuple[float, int | None]]:
+    """``(success, tasks)`` of each held-out evaluation a ``metrics.jsonl`` record holds, in the order they ran:
+    the step's own (``eval/``), then, in step 0's record, the one after the warm start (``warm/``,
+    ``eval.after_warm_start``). ``tasks`` (distinct held-out tasks) is None in runs older than it."""
+    out = []
+    for kind in ("eval", "warm"):
+        success, tasks = record.get(f"{kind}/success"), record.get(f"{kind}/tasks")
+        if isinstance(success, (int, float)):
+            out.append((float(success), int(tasks) if isinstance(tasks, (int, float)) else None))
+    return out
+
+
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """The step's rollouts: reward, success, valid replies, turns; ``rollout/entropy``, the sampling policy's mean
     entropy per generated token (nats; it falls before a collapse); ``groups/zero_spread``, the share of groups

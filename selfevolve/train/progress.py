@@ -26,6 +26,8 @@ from pathlib import Path
 from rich.console import Console
 from rich import progress as bar
 
+from selfevolve.train.metrics import held_out_evaluations
+
 
 def clock(seconds: float) -> str:
     """``M:SS``, or ``H:MM:SS`` from an hour on."""
@@ -198,13 +200,8 @@ def eval_successes(out_dir: Path) -> list[tuple[float, int | None]]:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(rec, dict):
-                continue
-            for kind in ("eval", "warm"):
-                if isinstance(rec.get(f"{kind}/success"), (int, float)):
-                    tasks = rec.get(f"{kind}/tasks")
-                    found.append((float(rec[f"{kind}/success"]),
-                                  int(tasks) if isinstance(tasks, (int, float)) else None))
+            if isinstance(rec, dict):
+                found.extend(held_out_evaluations(rec))
     return found
 
 
