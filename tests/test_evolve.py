@@ -247,6 +247,20 @@ def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
     assert src.draws == 1 and sum(e.attempts for e in pool.entries) == 4  # 2 tasks x 2 rollouts counted
 
 
+def test_cloning_takes_bc_minibatches_optimizer_steps_a_step(tmp_path):
+    """``evolve.bc_minibatches=2``: one cloning step on 4 demonstrations is two optimizer steps of 2 each."""
+    cfg = load_config(overrides=TINY)
+    pool = TaskPool()
+    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    pool.add(kept, 0)
+    tasks_file = pool.save(tmp_path / "round")
+    rcfg = load_config(overrides=[*TINY, "env.split=synth", f"env.tasks_file={tasks_file}",
+                                  f"train.out_dir={tmp_path / 'train'}", "evolve.bc_minibatches=2"])
+    trainer = EvolveTrainer(rcfg, PoolTasks(pool, "frozenlake", list(range(len(pool)))))
+    assert trainer.clone_references(1, 4, seed=0)["bc/demonstrations"] == 4
+    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
+
+
 def test_rounds_share_the_updates():
     assert [share(20, 3, r) for r in range(3)] == [6, 7, 7]
     assert [share(10, 3, r) for r in range(3)] == [3, 3, 4] and [share(2, 3, r) for r in range(3)] == [0, 1, 1]

@@ -220,6 +220,18 @@ def test_warm_start_takes_its_own_task_count_and_can_skip_its_evaluation(tmp_pat
     assert not any(k.startswith("warm/") and k.removeprefix("warm/") in ("success", "reward") for k in first)
 
 
+@pytest.mark.parametrize("minibatches, steps", [(1, 2), (3, 6)])
+def test_warm_start_takes_minibatches_optimizer_steps_a_step(tmp_path, minibatches, steps):
+    """``train.warm_start_minibatches``: each warm-start step splits its expert episodes and steps the optimizer
+    once per part (2 steps x 3 parts = 6 Adam steps), while RL's ``algo.minibatches`` stays 1."""
+    trainer = Trainer(load_config(overrides=FAST + [
+        "train.steps=0", "train.warm_start_steps=2", "train.warm_start_tasks=3", "eval.after_warm_start=false",
+        "eval.at_start=false", f"train.warm_start_minibatches={minibatches}", f"train.out_dir={tmp_path}"]))
+    trainer.train()
+    counts = {int(s["step"]) for s in trainer.optimizer.state.values()}
+    assert counts == {steps} and trainer.cfg.algo.minibatches == 1
+
+
 def test_lora_on_the_top_layers_only_trains_those_and_the_backward_stops_below_them():
     from selfevolve.models.policy import Policy
     from selfevolve.models.loading import load_model

@@ -128,6 +128,8 @@ class EvolveConfig(_Section):
                           "in all, split evenly over the rounds (at the start of each round's training). 30 with "
                           "bc_longest 1/3: FrozenLake's held-out 38.0 % +- 6.3 over 3 seeds (docs/evolve.md).")
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
+    bc_minibatches: int = Field(1, ge=1, description="Optimizer steps per behaviour-cloning step: its demonstrations "
+                                "split evenly (as train.warm_start_minibatches does for the expert's warm start).")
     bc_longest: float = Field(
         1 / 3, gt=0, le=1, description="Behaviour cloning imitates the pool's longest references: the share of "
         "pool tasks, longest reference first (ties kept), its demonstrations are drawn from, by learnability; 1: "

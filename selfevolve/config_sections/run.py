@@ -34,6 +34,10 @@ class TrainConfig(_Section):
         "FrozenLake 16 end the warm start near the loss that 32 reach, in half the time, with the same held-out "
         "gain (docs/benchmarks.md, 'A faster default recipe').",
     )
+    warm_start_minibatches: int = Field(
+        1, ge=1, description="Optimizer steps per warm-start step: its expert episodes split evenly (1: one step "
+        "on all of them). More steps on the same episodes cost about the same compute.",
+    )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at start and end; an evaluation "
                             "of 64 episodes took about 6 % of the default run's time).")

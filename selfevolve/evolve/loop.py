@@ -42,9 +42,8 @@ from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.build import build_policy, build_prompt, resolve_env
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.run_folder import RUN_DEFINING, resume_differences
-from selfevolve.objectives.samples import build_rows
 from selfevolve.train.trainer import Trainer
-from selfevolve.objectives.update import ppo_update
+from selfevolve.train.warm_start import clone_step
 
 STATE = "evolve.json"
 COMPARED = (*RUN_DEFINING, "evolve", "questioning")  # what a resume must not change (plus train.steps)
@@ -106,8 +105,7 @@ class EvolveTrainer(Trainer):
             self.seen.update(t.task.content for t in trajs)
             solved += sum(t.success for t in trajs)
             played += len(trajs)
-            st = ppo_update(self.policy, self.optimizer, build_rows(trajs, [0.0] * len(trajs)), self.cfg.algo,
-                            self.rng, objective="nll")
+            st = clone_step(self.policy, self.optimizer, trajs, self.cfg.algo, self.rng, self.cfg.evolve.bc_minibatches)
             losses.append(st["loss/bc"])
         moves = [len(pool.entries[i].task.solution or []) for i in among]
         return {"bc/steps": steps, "bc/tasks": len(among), "bc/min_moves": min(moves, default=0),

@@ -45,8 +45,7 @@ from selfevolve.errors import SelfEvolveError
 from selfevolve.experience.guide import guide_metrics
 from selfevolve.experience.pool import FILE as POOL_FILE
 from selfevolve.objectives import make_objective, value_head_kind
-from selfevolve.objectives.samples import build_rows
-from selfevolve.objectives.update import NonFinite, ppo_update
+from selfevolve.objectives.update import NonFinite
 from selfevolve.rollout.dynamic_sampling import sample_with_spread
 from selfevolve.rollout.runner import RolloutStats
 from selfevolve.rollout.search import SearchSpec
@@ -58,7 +57,7 @@ from selfevolve.train.metrics import MetricsLogger, peak_rss_gb, rollout_metrics
 from selfevolve.train.progress import Progress, make_progress
 from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
 from selfevolve.train.signals import Terminated, stop_on_sigterm
-from selfevolve.train.warm_start import expert_episodes, has_expert
+from selfevolve.train.warm_start import clone_step, expert_episodes, has_expert
 from selfevolve.types import Trajectory
 from selfevolve.view.record import EVAL_LOG, eval_records, trajectory_records
 
@@ -375,9 +374,9 @@ class Trainer:
             tasks = self.tasks.stream.next(per_step)
             trajs = expert_episodes(self.env_cls, self.env_options, tasks, self.builder, self.policy.tokenizer)
             self.seen.update(t.task.content for t in trajs)
-            rows = build_rows(trajs, [0.0] * len(trajs))
             with self._stop_if_not_finite(f"warm-start step {k + 1}"):
-                st = ppo_update(self.policy, self.optimizer, rows, cfg.algo, self.rng, objective="nll")
+                st = clone_step(self.policy, self.optimizer, trajs, cfg.algo, self.rng,
+                                cfg.train.warm_start_minibatches)
             losses.append(st["loss/bc"])
             logger.warm_step(k + 1, st["loss/bc"], time.perf_counter() - t1)
             progress.warm(k + 1, n, st["loss/bc"])
