@@ -36,7 +36,8 @@ def test_defaults():
     assert cfg.train.resume is False and cfg.train.overwrite is False
     assert cfg.eval.episodes == 64 and cfg.eval.seed_offset == 1_000_000
     # the recipe of issue 19: half the warm start's episodes, evaluations at the start and the end only
-    assert cfg.train.warm_start_tasks == 16 and cfg.train.eval_every == 0 and cfg.eval.after_warm_start is False
+    assert cfg.train.warm_start_tasks == 16 and cfg.train.warm_start_minibatches == 4
+    assert cfg.train.eval_every == 0 and cfg.eval.after_warm_start is False
     assert load_config(None, []) == cfg
 
 

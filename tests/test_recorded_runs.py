@@ -35,7 +35,8 @@ RECORD = Path(__file__).parent / "data" / "recorded_runs.json"
 
 BASE = ["model.name=tiny", "model.dtype=fp32", "agent.max_new_tokens=4", "train.tasks_per_step=2",
         "algo.group_size=4", "eval.episodes=2", "train.progress=false", "train.eval_every=0", "train.steps=2",
-        "train.warm_start_steps=0", "train.warm_start_tasks=null"]
+        "train.warm_start_steps=0", "train.warm_start_tasks=null",
+        "train.warm_start_minibatches=1"]  # the record's warm start: one optimizer step a step (default until 11-27)
 LAKE = ["env.size=3", "env.max_turns=3"]
 
 
