@@ -225,17 +225,22 @@ def test_imitation_rows_carry_their_weights_and_ratios(tmp_path):
     assert any(g is not None and float(g.abs().sum()) > 0 for g in grads)
 
 
-def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
-    cfg = load_config(overrides=TINY)
+def round_trainer(tmp_path, *overrides) -> tuple[TaskPool, PoolTasks, EvolveTrainer]:
+    """A round's trainer on a pool of the tasks one walked exploration writes (7 references of 1..6 moves)."""
     pool = TaskPool()
-    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
+    kept, _ = write_tasks(load_config(overrides=TINY), FrozenLakeEnv, [walked()], None, set(), [], tmp_path,
+                          TaskPool.key)
     pool.add(kept, 0)
     tasks_file = pool.save(tmp_path / "round")
-    rcfg = load_config(overrides=[*TINY, "env.split=synth", f"env.tasks_file={tasks_file}", "train.tasks_per_step=2",
-                                  "algo.group_size=2", f"train.out_dir={tmp_path / 'train'}",
-                                  "evolve.imitation_weight=0.5"])
+    rcfg = load_config(overrides=[*TINY, "env.split=synth", f"env.tasks_file={tasks_file}",
+                                  f"train.out_dir={tmp_path / 'train'}", *overrides])
     src = PoolTasks(pool, "frozenlake", list(range(len(pool))))
-    trainer = EvolveTrainer(rcfg, src)
+    return pool, src, EvolveTrainer(rcfg, src)
+
+
+def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
+    pool, src, trainer = round_trainer(tmp_path, "train.tasks_per_step=2", "algo.group_size=2",
+                                       "evolve.imitation_weight=0.5")
     demo = reference_episodes(FrozenLakeEnv, trainer.env_options, [src.task(0)], [pool.entries[0].task.solution],
                               trainer.builder, trainer.policy.tokenizer)[0]
     pool.entries[0].buffer = [{**buffer_rows(demo)[0], "draw": 0}]  # a demonstration's log-probs are 0: rho = pi
@@ -249,14 +254,7 @@ def test_the_imitation_term_runs_beside_the_rl_loss_in_a_round(tmp_path):
 
 def test_cloning_takes_bc_minibatches_optimizer_steps_a_step(tmp_path):
     """``evolve.bc_minibatches=2``: one cloning step on 4 demonstrations is two optimizer steps of 2 each."""
-    cfg = load_config(overrides=TINY)
-    pool = TaskPool()
-    kept, _ = write_tasks(cfg, FrozenLakeEnv, [walked()], None, set(), [], tmp_path, TaskPool.key)
-    pool.add(kept, 0)
-    tasks_file = pool.save(tmp_path / "round")
-    rcfg = load_config(overrides=[*TINY, "env.split=synth", f"env.tasks_file={tasks_file}",
-                                  f"train.out_dir={tmp_path / 'train'}", "evolve.bc_minibatches=2"])
-    trainer = EvolveTrainer(rcfg, PoolTasks(pool, "frozenlake", list(range(len(pool)))))
+    _, _, trainer = round_trainer(tmp_path, "evolve.bc_minibatches=2")
     assert trainer.clone_references(1, 4, seed=0)["bc/demonstrations"] == 4
     assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
 
