@@ -36,8 +36,8 @@ class TrainConfig(_Section):
     )
     warm_start_minibatches: int = Field(
         4, ge=1, description="Optimizer steps per warm-start step: its expert episodes split evenly (1: one step "
-        "on all of them, the default until 2026-11-27). About the same compute; on FrozenLake 4 took the warm start "
-        "alone from 0/64 held out to 20-26/64 and the default run from 21 % to 42 % over 5 seeds "
+        "on all of them, the default until 2026-11-27). 1.10x the warm start's time; on FrozenLake 4 took the warm "
+        "start alone from 0/64 held out to 20-26/64 and the default run from 21 % to 42 % over 5 seeds "
         "(docs/benchmarks.md, 'The warm start's optimizer steps').",
     )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")

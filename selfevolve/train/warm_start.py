@@ -29,7 +29,8 @@ from selfevolve.types import Step, Task, Trajectory
 def clone_step(policy, optimizer, trajs: list[Trajectory], algo, rng, minibatches: int) -> dict[str, float]:
     """One behaviour-cloning step on ``trajs``: maximum likelihood of their actions, split into ``minibatches``
     optimizer steps (``train.warm_start_minibatches``, ``evolve.bc_minibatches``); the rest of ``algo``
-    (learning rate, micro-batches) as RL's. Why split: one optimizer step per 16 episodes left the 135M model at
+    (learning rate, micro-batches) as RL's; ``algo.epochs`` and ``algo.minibatches``, which the clone followed
+    before 2026-11-27, are not used. Why split: one optimizer step per 16 episodes left the 135M model at
     0/64 held-out on FrozenLake after 10 steps, 4 steps on the same episodes at 26/64 (docs/benchmarks.md)."""
     bc = algo.model_copy(update={"epochs": 1, "minibatches": minibatches})
     return ppo_update(policy, optimizer, build_rows(trajs, [0.0] * len(trajs)), bc, rng, objective="nll")
