@@ -9,7 +9,8 @@ micro-batches also bounded by ``algo.micro_batch_gb``.
 The batch: the default warm start's first step (``train.warm_start_tasks`` = 16 expert FrozenLake episodes from
 the training seeds, as the trainer makes them), through the trainer's ``ppo_update``: once as the warm start ran it
 before 2026-11-27 (``nll``, one optimizer step on all 16; today's warm start splits them into 4), once as an RL
-update would (``ppo``, advantages drawn from N(0, 1) with a fixed seed, old log-probs 0). The optimizer's learning rate is 0, so every repetition sees the same weights.
+update would (``ppo``, advantages drawn from N(0, 1) with a fixed seed, old log-probs 0). The optimizer's
+learning rate is 0, so every repetition sees the same weights.
 
 Each way runs in a process of its own, the two at the same time (side by side: the same machine load for both):
 the model loaded, then ``--reps`` × (nll, ppo). Reported: each update's wall time, the median of each, their
