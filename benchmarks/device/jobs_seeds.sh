@@ -2,12 +2,8 @@
 # (issue 39: 10 seeds with 0-4 and 8 from 2026-11-26), dynamic sampling's seven missing ones, and Sokoban
 # `evolve` with the random explorer on seeds 1 and 2 (issue 41's diagnostic; seed 0 ran on the CPU). All at once
 # on the one GPU, one torch thread per process: shared-GPU seconds. Output under /tmp/r.
-R=/tmp/r; mkdir -p $R
-source benchmarks/device/env.sh
-log() { echo "[$(date +%T)] $*" >> $R/timeline.txt; }
+source benchmarks/device/jobs_lib.sh
 log start
-sweep() { local name=$1; shift; (python3 -m selfevolve.cli sweep "$@" sweep.out_dir=$R/$name > $R/$name.txt 2>&1; \
-  log "$name rc=$?") & }
 sweep fl-base seeds=5,6,7,9 sweep.parallel=4
 sweep fl-dyn seeds=1,3,4,5,7,8,9 sweep.parallel=7 sampling.dynamic=true
 (python3 benchmarks/bench_evolve.py --env sokoban --seeds 1 2 --arms evolve --workers 2 --threads 1 \

@@ -2,12 +2,8 @@
 # step) on 10 seeds, beside the recipe before (train.warm_start_minibatches=1) on the same 10 seeds, on the same
 # card at once: the 10-seed table the CPU screen (5 seeds each) could not give. 20 trainings of 3-4 GB GPU memory
 # each fit an H100 (80 GB) or an H200; one torch thread per process: shared-GPU seconds. Output under /tmp/r.
-R=/tmp/r; mkdir -p $R
-source benchmarks/device/env.sh
-log() { echo "[$(date +%T)] $*" >> $R/timeline.txt; }
+source benchmarks/device/jobs_lib.sh
 log start
-sweep() { local name=$1; shift; (python3 -m selfevolve.cli sweep "$@" sweep.out_dir=$R/$name > $R/$name.txt 2>&1; \
-  log "$name rc=$?") & }
 sweep fl-warm4 seeds=0-9 sweep.parallel=10
 sweep fl-warm1 seeds=0-9 sweep.parallel=10 train.warm_start_minibatches=1
 wait
