@@ -232,6 +232,30 @@ def test_warm_start_takes_minibatches_optimizer_steps_a_step(tmp_path, minibatch
     assert counts == {steps} and trainer.cfg.algo.minibatches == 1
 
 
+def test_warm_start_lr_sets_the_cloning_rate_and_rl_keeps_algo_lr(tmp_path, monkeypatch):
+    """``train.warm_start_lr``: the cloning's optimizer steps run at it; afterwards (RL, the checkpoint) the
+    optimizer is back at ``algo.lr``."""
+    import selfevolve.train.warm_start as ws
+
+    trainer = Trainer(load_config(overrides=FAST + [
+        "train.steps=1", "train.warm_start_steps=2", "train.warm_start_tasks=2", "eval.after_warm_start=false",
+        "eval.at_start=false", "algo.lr=1e-4", "train.warm_start_lr=3e-4", f"train.out_dir={tmp_path}"]))
+    seen = {"bc": [], "rl": []}
+
+    def spy(kind, real):
+        def call(*args, **kwargs):
+            seen[kind].append({g["lr"] for g in trainer.optimizer.param_groups})
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(ws, "ppo_update", spy("bc", ws.ppo_update))
+    monkeypatch.setattr(trainer.objective, "update", spy("rl", trainer.objective.update))
+    trainer.train()
+    assert seen["rl"]  # the RL step ran
+    assert seen["bc"] == [{3e-4}, {3e-4}] and all(s == {1e-4} for s in seen["rl"])
+    assert {g["lr"] for g in trainer.optimizer.param_groups} == {1e-4}
+
+
 def test_lora_on_the_top_layers_only_trains_those_and_the_backward_stops_below_them():
     from selfevolve.models.policy import Policy
     from selfevolve.models.loading import load_model

@@ -40,6 +40,12 @@ class TrainConfig(_Section):
         "start alone from 0/64 held out to 20-26/64 and the default run from 21 % to 42 % over 5 seeds "
         "(docs/benchmarks.md, 'The warm start's optimizer steps').",
     )
+    # one optimizer serves both phases: the cloning sets its learning rate for its own steps and puts algo.lr back
+    warm_start_lr: float | None = Field(
+        None, gt=0, le=1, description="Learning rate of the warm start's cloning steps (null: algo.lr). Lets RL "
+        "run at a lower algo.lr than the cloning, so that RL does not undo a warm start that already solves held-out "
+        "maps (seed 1 of the default recipe: 21/64 after the warm start, 9/64 after RL; docs/benchmarks.md).",
+    )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at start and end; an evaluation "
                             "of 64 episodes took about 6 % of the default run's time).")

@@ -376,7 +376,7 @@ class Trainer:
             self.seen.update(t.task.content for t in trajs)
             with self._stop_if_not_finite(f"warm-start step {k + 1}"):
                 st = clone_step(self.policy, self.optimizer, trajs, cfg.algo, self.rng,
-                                cfg.train.warm_start_minibatches)
+                                cfg.train.warm_start_minibatches, lr=cfg.train.warm_start_lr)
             losses.append(st["loss/bc"])
             logger.warm_step(k + 1, st["loss/bc"], time.perf_counter() - t1)
             progress.warm(k + 1, n, st["loss/bc"])

@@ -15,6 +15,8 @@ Training tasks come from the same seed stream as RL (never from the held-out eva
 
 from __future__ import annotations
 
+import contextlib
+
 from selfevolve.agent.context import EpisodeContext
 from selfevolve.agent.prompt import end_of_turn_ids
 from selfevolve.agent.special_tokens import encode_literal
@@ -26,14 +28,32 @@ from selfevolve.objectives.update import ppo_update
 from selfevolve.types import Step, Task, Trajectory
 
 
-def clone_step(policy, optimizer, trajs: list[Trajectory], algo, rng, minibatches: int) -> dict[str, float]:
+def clone_step(policy, optimizer, trajs: list[Trajectory], algo, rng, minibatches: int,
+               lr: float | None = None) -> dict[str, float]:
     """One behaviour-cloning step on ``trajs``: maximum likelihood of their actions, split into ``minibatches``
     optimizer steps (``train.warm_start_minibatches``, ``evolve.bc_minibatches``); the rest of ``algo``
-    (learning rate, micro-batches) as RL's; ``algo.epochs`` and ``algo.minibatches``, which the clone followed
-    before 2026-11-27, are not used. Why split: one optimizer step per 16 episodes left the 135M model at
-    0/64 held-out on FrozenLake after 10 steps, 4 steps on the same episodes at 26/64 (docs/benchmarks.md)."""
+    (micro-batches, and the learning rate unless ``lr`` is given: ``train.warm_start_lr``) as RL's;
+    ``algo.epochs`` and ``algo.minibatches``, which the clone followed before 2026-11-27, are not used. Why split:
+    one optimizer step per 16 episodes left the 135M model at 0/64 held-out on FrozenLake after 10 steps, 4 steps on
+    the same episodes at 26/64 (docs/benchmarks.md)."""
     bc = algo.model_copy(update={"epochs": 1, "minibatches": minibatches})
-    return ppo_update(policy, optimizer, build_rows(trajs, [0.0] * len(trajs)), bc, rng, objective="nll")
+    with learning_rate(optimizer, lr):
+        return ppo_update(policy, optimizer, build_rows(trajs, [0.0] * len(trajs)), bc, rng, objective="nll")
+
+
+@contextlib.contextmanager
+def learning_rate(optimizer, lr: float | None):
+    """The optimizer at learning rate ``lr`` inside the block (None: unchanged), its own rates back after it, so
+    that RL's steps and a checkpoint's optimizer state keep ``algo.lr``."""
+    before = [group["lr"] for group in optimizer.param_groups]
+    if lr is not None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    try:
+        yield optimizer
+    finally:
+        for group, rate in zip(optimizer.param_groups, before):
+            group["lr"] = rate
 
 
 def expert_episodes(env_cls, options: dict, tasks: list[Task], builder, tokenizer, act=None) -> list[Trajectory]:
