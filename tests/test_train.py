@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from selfevolve import StepResult, TextEnv, Trainer, load_config
@@ -254,6 +255,19 @@ def test_warm_start_lr_sets_the_cloning_rate_and_rl_keeps_algo_lr(tmp_path, monk
     assert seen["rl"]  # the RL step ran
     assert seen["bc"] == [{3e-4}, {3e-4}] and all(s == {1e-4} for s in seen["rl"])
     assert {g["lr"] for g in trainer.optimizer.param_groups} == {1e-4}
+    for step in ("step-0", "step-1"):  # the checkpoint written after the warm start, and the one after RL
+        meta = safe_open(str(tmp_path / "checkpoints" / step / "optimizer.safetensors"), "pt").metadata()
+        assert {g["lr"] for g in json.loads(meta["selfevolve.optimizer"])["param_groups"]} == {1e-4}
+
+
+def test_learning_rate_block_puts_the_rates_back_after_an_error():
+    from selfevolve.train.warm_start import learning_rate
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-4)
+    with pytest.raises(RuntimeError), learning_rate(opt, 5e-4):
+        assert opt.param_groups[0]["lr"] == 5e-4
+        raise RuntimeError("a failed cloning step")
+    assert opt.param_groups[0]["lr"] == 1e-4
 
 
 def test_lora_on_the_top_layers_only_trains_those_and_the_backward_stops_below_them():

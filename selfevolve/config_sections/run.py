@@ -37,14 +37,14 @@ class TrainConfig(_Section):
     warm_start_minibatches: int = Field(
         4, ge=1, description="Optimizer steps per warm-start step: its expert episodes split evenly (1: one step "
         "on all of them, the default until 2026-11-27). 1.10x the warm start's time; on FrozenLake 4 took the warm "
-        "start alone from 0/64 held out to 20-26/64 and the default run from 21 % to 42 % over 5 seeds "
-        "(docs/benchmarks.md, 'The warm start's optimizer steps').",
+        "start alone from 0/64 held out to 20-26/64 and the default run from 24 % to 42.5 % over 10 seeds "
+        "(docs/benchmarks.md, 'The warm start's optimizer steps', 'Ten seeds of the new default').",
     )
-    # one optimizer serves both phases: the cloning sets its learning rate for its own steps and puts algo.lr back
     warm_start_lr: float | None = Field(
-        None, gt=0, le=1, description="Learning rate of the warm start's cloning steps (null: algo.lr). Lets RL "
-        "run at a lower algo.lr than the cloning, so that RL does not undo a warm start that already solves held-out "
-        "maps (seed 1 of the default recipe: 21/64 after the warm start, 9/64 after RL; docs/benchmarks.md).",
+        None, gt=0, le=1, description="Learning rate of the warm start's cloning steps (null: algo.lr); the one "
+        "optimizer is put back to algo.lr for RL and the checkpoints. Meant to let RL run at a lower algo.lr than "
+        "the cloning (seed 1 of the default recipe: 21/64 held out after the warm start, 9/64 after RL). Not used by "
+        "evolve's cloning (evolve.bc_*), which keeps algo.lr.",
     )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at start and end; an evaluation "
