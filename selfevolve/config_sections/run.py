@@ -42,9 +42,9 @@ class TrainConfig(_Section):
     )
     warm_start_lr: float | None = Field(
         None, gt=0, le=1, description="Learning rate of the warm start's cloning steps (null: algo.lr); the one "
-        "optimizer is put back to algo.lr for RL and the checkpoints. Meant to let RL run at a lower algo.lr than "
-        "the cloning (seed 1 of the default recipe: 21/64 held out after the warm start, 9/64 after RL). Not used by "
-        "evolve's cloning (evolve.bc_*), which keeps algo.lr.",
+        "optimizer is put back to algo.lr for RL and the checkpoints. Lets RL run at a lower algo.lr than the "
+        "cloning; RL at 1e-4 after the default warm start ended seed 1 at 21/64 but took seed 0 from 43 to 8/64 "
+        "(docs/benchmarks.md), so the default stays null. Not used by evolve's cloning (evolve.bc_*).",
     )
     save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and at the end); a LoRA checkpoint is small.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0: only at start and end; an evaluation "
