@@ -129,8 +129,8 @@ class EvolveConfig(_Section):
                           "bc_longest 1/3: FrozenLake's held-out 38.0 % +- 6.3 over 3 seeds (docs/evolve.md).")
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
     bc_minibatches: int = Field(1, ge=1, description="Optimizer steps per behaviour-cloning step: its demonstrations "
-                                "split evenly (as train.warm_start_minibatches does for the expert's warm start). 4 with "
-                                "bc_steps 15 on FrozenLake: 1.44x the default run's time, 28.1 % +- 18.4 held out "
+                                "split evenly (as train.warm_start_minibatches does for the expert's warm start). 4 "
+                                "with bc_steps 15 on FrozenLake: 1.44x the default run's time, 28.1 % +- 18.4 held out "
                                 "against 38.0 % with the defaults (docs/evolve.md).")
     bc_longest: float = Field(
         1 / 3, gt=0, le=1, description="Behaviour cloning imitates the pool's longest references: the share of "
