@@ -18,12 +18,13 @@ from selfevolve.envs import FrozenLakeEnv, make_env
 from selfevolve.evolve import Evolver
 from selfevolve.evolve.hindsight import write_tasks
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
-from selfevolve.evolve.loop import EvolveTrainer, share
+from selfevolve.evolve.loop import EvolveTrainer, rl_steps, share
 from selfevolve.evolve.pool import Entry, PoolTasks, TaskPool
 from selfevolve.questioning import grid_tasks
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.games import FROZENLAKE_GAME, GameExploration
 from selfevolve.build import build_policy, build_prompt
+from selfevolve.errors import ConfigError
 from selfevolve.objectives.samples import collate
 from selfevolve.view.load import load_run
 from selfevolve.types import Task as WorldTask
@@ -264,6 +265,16 @@ def test_rounds_share_the_updates():
     assert [share(10, 3, r) for r in range(3)] == [3, 3, 4] and [share(2, 3, r) for r in range(3)] == [0, 1, 1]
 
 
+def test_rl_from_round_leaves_the_earlier_rounds_to_cloning():
+    # 20 updates over rounds 1 and 2 of 3: 10 each; over rounds 2.. of 4: 10 each; round 0 of 1: all 20
+    assert [rl_steps(20, 3, 1, r) for r in range(3)] == [0, 10, 10]
+    assert [rl_steps(20, 4, 2, r) for r in range(4)] == [0, 0, 10, 10]
+    assert [rl_steps(20, 3, 0, r) for r in range(3)] == [share(20, 3, r) for r in range(3)]
+    assert rl_steps(20, 1, 0, 0) == 20
+    with pytest.raises(ConfigError, match=r"evolve\.rl_from_round=3 .* below evolve\.rounds=3 \(0 to 2\)"):
+        load_config(overrides=["evolve.rl_from_round=3"])
+
+
 EVOLVE = [*TINY, "env.size=3", "evolve.rounds=2", "train.steps=4", "train.tasks_per_step=2", "algo.group_size=2",
           "questioning.explorations=3", "questioning.steps=4", "eval.episodes=3", "evolve.bc_steps=2",
           "evolve.bc_tasks=3", "env.max_turns=3"]
@@ -334,6 +345,21 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     with pytest.raises(Exception, match=r"its evolve\.rl_longest settings differ"):
         Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.rl_longest=0.5"]))
+
+
+def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_path):
+    out = tmp_path / "late"
+    summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl_from_round=1", f"train.out_dir={out}"])).run()
+    assert [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
+    r0, r1 = json.loads((out / "evolve.json").read_text())["rounds"]
+    assert r0["bc"]["bc/steps"] == 1 and r1["bc"]["bc/steps"] == 1  # cloning in both rounds (2 steps over 2)
+    assert r0["train"]["updates"] == 0 and r1["train"]["updates"] == 4  # every RL update in round 1
+    assert "eval/success" in r0["eval"] and "eval/success" in r1["eval"]
+    logged = [json.loads(x) for x in (out / "round-0" / "train" / "eval_trajectories.jsonl").read_text().splitlines()]
+    assert len(logged) == 3 and {r["step"] for r in logged} == {0}  # round 0's greedy episodes, for the viewer
+    r0_pool = [json.loads(x) for x in (out / "round-0" / "pool_end.jsonl").read_text().splitlines()]
+    assert sum(e["attempts"] for e in r0_pool) == 0  # no rollout played a pool task in round 0
+    assert load_config(str(out / "round-1" / "train" / "config.yaml")).model.init_from == str(out / "round-0" / "train")
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):

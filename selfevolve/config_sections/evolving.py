@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from selfevolve.config_sections.base import _Section
 
@@ -142,12 +142,25 @@ class EvolveConfig(_Section):
         "references only, as bc_longest does for cloning; 1: the whole pool. Meant against round 0's collapse to "
         "one repeated move, which a third of FrozenLake's hindsight tasks reward; on round 0 of one seed it did not "
         "stop it (docs/evolve.md, 'Why round 0 ends at Down').")
+    rl_from_round: int = Field(
+        0, ge=0, description="The first round with RL updates: train.steps is split evenly over rounds "
+        "rl_from_round.. only, and the earlier rounds only clone (then evaluate). Meant against round 0's collapse "
+        "to one repeated move, so that round 1 explores with the cloned policy rather than the collapsed one "
+        "(docs/evolve.md, 'RL only after round 0'): 1 on FrozenLake, 3 seeds, ended at 20.3 % +- 17.7 held out "
+        "against 28.1 % with RL in every round (bc_steps 15, bc_minibatches 4). 0: every round.")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
     imitation_rows: int = Field(8, ge=1, description="Replayed successes per update (one per task, tasks drawn "
                                 "uniformly among those with one).")
     buffer_per_task: int = Field(2, ge=0, description="Latest successful rollouts kept per pool task for replay.")
+
+    @model_validator(mode="after")
+    def _some_round_trains(self):
+        if self.rl_from_round >= self.rounds:
+            raise ValueError(f"evolve.rl_from_round={self.rl_from_round} leaves no round for the RL updates: it must "
+                             f"be below evolve.rounds={self.rounds} (0 to {self.rounds - 1})")
+        return self
 
 
 class LlmApiConfig(_Section):

@@ -54,6 +54,12 @@ def share(total: int, rounds: int, r: int) -> int:
     return total * (r + 1) // rounds - total * r // rounds
 
 
+def rl_steps(total: int, rounds: int, first: int, r: int) -> int:
+    """Round ``r``'s RL updates: ``total`` spread evenly over rounds ``first``.. (``evolve.rl_from_round``); the
+    rounds before ``first`` only clone."""
+    return share(total, rounds - first, r - first) if r >= first else 0
+
+
 def pool_seeds(probe, pool: TaskPool) -> list[int]:
     """The environment seed that starts each pool task, in pool order, for a ``probe`` environment playing the
     pool's tasks file (``split=synth``): a game plays task ``seed % n``, a tool world a fixed shuffle of them."""
@@ -275,8 +281,9 @@ class Evolver:
         cfg = self.cfg
         data = cfg.model_dump(mode="json")
         data["env"] = {**data["env"], "split": "synth", "tasks_file": str(folder / "tasks.jsonl")}
-        data["train"].update(out_dir=str(folder / "train"), steps=share(cfg.train.steps, cfg.evolve.rounds, r),
-                             resume=True, overwrite=False, warm_start_steps=0)
+        steps = rl_steps(cfg.train.steps, cfg.evolve.rounds, cfg.evolve.rl_from_round, r)
+        data["train"].update(out_dir=str(folder / "train"), steps=steps, resume=True, overwrite=False,
+                             warm_start_steps=0)
         data["eval"]["at_start"] = False
         if r > 0:
             data["model"]["init_from"] = str(self.out / f"round-{r - 1}" / "train")
@@ -310,8 +317,8 @@ class Evolver:
             self._save()
         self.say(f"round {r}: {rcfg.train.steps} RL updates on {len(pool)} pool tasks")
         trainer.train()
-        if not trainer.last_eval:  # a round without updates evaluates here
-            trainer.last_eval = trainer.evaluate()
+        if not trainer.last_eval:  # a round without updates (evolve.rl_from_round) evaluates here, episodes logged
+            trainer.last_eval = trainer.evaluate(label="end")
         rec["eval"] = dict(trainer.last_eval)
         figures = report.train_figures(folder / "train")
         G = rcfg.algo.group_size
