@@ -8,8 +8,9 @@ Each round (``evolve.rounds``), in ``train.out_dir/round-R/``:
    ``tasks.jsonl``);
 3. **imitation and RL** (:class:`EvolveTrainer`, a :class:`~selfevolve.train.trainer.Trainer` run in
    ``round-R/train/`` that starts from the previous round's adapter): behaviour cloning on the pool's reference
-   paths (``evolve.bc_steps``), then the round's share of ``train.steps`` RL updates on pool tasks drawn by
-   learnability, each with the imitation term of replayed successes beside the RL loss;
+   paths (``evolve.bc_steps``), then the round's share of ``train.steps`` RL updates (none before
+   ``evolve.rl_from_round``) on pool tasks drawn by learnability, each with the imitation term of replayed
+   successes beside the RL loss;
 4. **held-out evaluation** on the environment's own test split (the trainer's final evaluation) — then the next
    round explores with the improved policy.
 
