@@ -355,10 +355,27 @@ def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_p
     assert r0["bc"]["bc/steps"] == 1 and r1["bc"]["bc/steps"] == 1  # cloning in both rounds (2 steps over 2)
     assert r0["train"]["updates"] == 0 and r1["train"]["updates"] == 4  # every RL update in round 1
     assert "eval/success" in r0["eval"] and "eval/success" in r1["eval"]
+    assert "- RL: 4 updates on 16 rollouts of pool tasks;" in (out / "evolve.md").read_text()  # 4 x 2 tasks x 2
     logged = [json.loads(x) for x in (out / "round-0" / "train" / "eval_trajectories.jsonl").read_text().splitlines()]
     assert len(logged) == 3 and {r["step"] for r in logged} == {0}  # round 0's greedy episodes, for the viewer
     r0_pool = [json.loads(x) for x in (out / "round-0" / "pool_end.jsonl").read_text().splitlines()]
     assert sum(e["attempts"] for e in r0_pool) == 0  # no rollout played a pool task in round 0
+    assert load_config(str(out / "round-1" / "train" / "config.yaml")).model.init_from == str(out / "round-0" / "train")
+
+
+def test_without_rl_every_round_clones_and_evaluates_and_no_rollout_plays_the_pool(tmp_path):
+    """evolve.rl=false: train.steps is not used (4 here); both rounds clone (1 step each) and evaluate, none
+    updates, no pool task is played, and the report says the run had no RL."""
+    out = tmp_path / "clone-only"
+    summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl=false", "evolve.rl_from_round=5",
+                                             f"train.out_dir={out}"])).run()
+    assert [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
+    rounds = json.loads((out / "evolve.json").read_text())["rounds"]
+    assert [r["bc"]["bc/steps"] for r in rounds] == [1, 1] and [r["train"]["updates"] for r in rounds] == [0, 0]
+    assert [r["train"]["rollouts"] for r in rounds] == [0, 0] and all("eval/success" in r["eval"] for r in rounds)
+    end = [json.loads(x) for x in (out / "round-1" / "pool_end.jsonl").read_text().splitlines()]
+    assert len(end) > 0 and sum(e["attempts"] for e in end) == 0
+    assert "- RL: **none** (`evolve.rl=false`" in (out / "evolve.md").read_text()
     assert load_config(str(out / "round-1" / "train" / "config.yaml")).model.init_from == str(out / "round-0" / "train")
 
 

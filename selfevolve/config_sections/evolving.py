@@ -142,6 +142,9 @@ class EvolveConfig(_Section):
         "references only, as bc_longest does for cloning; 1: the whole pool. Meant against round 0's collapse to "
         "one repeated move, which a third of FrozenLake's hindsight tasks reward; on round 0 of one seed it did not "
         "stop it (docs/evolve.md, 'Why round 0 ends at Down').")
+    rl: bool = Field(True, description="RL updates in the rounds: train.steps of them, split evenly over rounds "
+                     "rl_from_round.. (false: the rounds only clone the pool's references, and train.steps is not "
+                     "used: expert iteration on the agent's own verified tasks; docs/evolve.md, 'Cloning only').")
     rl_from_round: int = Field(
         0, ge=0, description="The first round with RL updates: train.steps is split evenly over rounds "
         "rl_from_round.. only, and the earlier rounds only clone (then evaluate). Meant against round 0's collapse "
@@ -157,7 +160,7 @@ class EvolveConfig(_Section):
 
     @model_validator(mode="after")
     def _some_round_trains(self):
-        if self.rl_from_round >= self.rounds:
+        if self.rl and self.rl_from_round >= self.rounds:
             raise ValueError(f"evolve.rl_from_round={self.rl_from_round} leaves no round for the RL updates: it must "
                              f"be below evolve.rounds={self.rounds} (0 to {self.rounds - 1})")
         return self

@@ -9,8 +9,8 @@ Each round (``evolve.rounds``), in ``train.out_dir/round-R/``:
 3. **imitation and RL** (:class:`EvolveTrainer`, a :class:`~selfevolve.train.trainer.Trainer` run in
    ``round-R/train/`` that starts from the previous round's adapter): behaviour cloning on the pool's reference
    paths (``evolve.bc_steps``), then the round's share of ``train.steps`` RL updates (none before
-   ``evolve.rl_from_round``) on pool tasks drawn by learnability, each with the imitation term of replayed
-   successes beside the RL loss;
+   ``evolve.rl_from_round``, and none with ``evolve.rl=false``) on pool tasks drawn by learnability, each with
+   the imitation term of replayed successes beside the RL loss;
 4. **held-out evaluation** on the environment's own test split (the trainer's final evaluation) — then the next
    round explores with the improved policy.
 
@@ -282,7 +282,8 @@ class Evolver:
         cfg = self.cfg
         data = cfg.model_dump(mode="json")
         data["env"] = {**data["env"], "split": "synth", "tasks_file": str(folder / "tasks.jsonl")}
-        steps = rl_steps(cfg.train.steps, cfg.evolve.rounds, cfg.evolve.rl_from_round, r)
+        total = cfg.train.steps if cfg.evolve.rl else 0  # evolve.rl=false: the rounds only clone
+        steps = rl_steps(total, cfg.evolve.rounds, cfg.evolve.rl_from_round, r)
         data["train"].update(out_dir=str(folder / "train"), steps=steps, resume=True, overwrite=False,
                              warm_start_steps=0)
         data["eval"]["at_start"] = False

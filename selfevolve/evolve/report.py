@@ -80,6 +80,13 @@ def saw(state: dict) -> list[str]:
         among = "those the masked explorer may answer" if masked else "all the game's moves"
         notes.append(f"- explorer: **uniform random moves** among {among}, no model (`evolve.explorer=random`, a "
                      "diagnostic: the explorations are not the agent's own);")
+    updates = sum(r.get("train", {}).get("updates", 0) for r in rounds)
+    rollouts = sum(r.get("train", {}).get("rollouts", 0) for r in rounds)
+    if ev.get("rl", True):
+        notes.append(f"- RL: {updates} updates on {rollouts} rollouts of pool tasks;")
+    else:
+        notes.append("- RL: **none** (`evolve.rl=false`: each round only clones the pool's references, so the pool's "
+                     "counts, and with them the learnability draw, stay at the prior);")
     return [
         f"- environment: `{state.get('env')}`, its rules and its verifier;",
         f"- training instances with no goal given: {len(seeds)} exploration sandboxes (`split=train`, {span});",
