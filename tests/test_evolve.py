@@ -364,11 +364,10 @@ def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_p
 
 
 def test_without_rl_every_round_clones_and_evaluates_and_no_rollout_plays_the_pool(tmp_path):
-    """evolve.rl=false: train.steps is not used (4 here); both rounds clone (1 step each) and evaluate, none
-    updates, no pool task is played, and the report says the run had no RL."""
+    """evolve.rl=false: train.steps is not used (4 here, which would be 2 + 2 updates); both rounds clone (1 step
+    each) and evaluate, none updates, no pool task is played, and the report says the run had no RL."""
     out = tmp_path / "clone-only"
-    summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl=false", "evolve.rl_from_round=5",
-                                             f"train.out_dir={out}"])).run()
+    summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl=false", f"train.out_dir={out}"])).run()
     assert [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
     rounds = json.loads((out / "evolve.json").read_text())["rounds"]
     assert [r["bc"]["bc/steps"] for r in rounds] == [1, 1] and [r["train"]["updates"] for r in rounds] == [0, 0]
@@ -377,6 +376,9 @@ def test_without_rl_every_round_clones_and_evaluates_and_no_rollout_plays_the_po
     assert len(end) > 0 and sum(e["attempts"] for e in end) == 0
     assert "- RL: **none** (`evolve.rl=false`" in (out / "evolve.md").read_text()
     assert load_config(str(out / "round-1" / "train" / "config.yaml")).model.init_from == str(out / "round-0" / "train")
+    assert [load_config(str(out / f"round-{r}" / "train" / "config.yaml")).train.steps for r in (0, 1)] == [0, 0]
+    # without RL, evolve.rl_from_round names no round's updates, so any value passes the check
+    assert load_config(overrides=["evolve.rl=false", "evolve.rl_from_round=5"]).evolve.rl_from_round == 5
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):

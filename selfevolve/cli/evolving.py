@@ -39,7 +39,8 @@ def explore(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VAL
 EVOLVE_HELP = """Self-evolution from zero human-written training tasks: rounds of exploring with the policy, turning what
 it reached into tasks verified by replay (hindsight), behaviour cloning on their reference paths, RL on them drawn
 by learnability with replayed successes beside the RL loss, and held-out evaluation on the environment's test
-split. Options as for train (evolve.* keys; train.steps RL updates in all, split over evolve.rounds), e.g.:
+split. Options as for train (evolve.* keys; train.steps RL updates in all, split over evolve.rounds;
+evolve.rl=false: cloning only), e.g.:
 
     selfevolve evolve env.name=frozenlake evolve.rounds=3 train.out_dir=runs/evolve
 

@@ -100,7 +100,7 @@ class QuestioningConfig(_Section):
 
 class EvolveConfig(_Section):
     """``selfevolve evolve``: rounds of explore, hindsight tasks, pool, imitation and RL (docs/evolve.md). The
-    RL updates of a whole run are ``train.steps``, split evenly over the rounds."""
+    RL updates of a whole run are ``train.steps``, split evenly over the rounds (none with ``rl=false``)."""
 
     rounds: int = Field(3, ge=1, le=100, description="Rounds of explore -> hindsight tasks -> imitation + RL -> "
                         "held-out evaluation.")
