@@ -319,7 +319,7 @@ class Evolver:
             self._save()
         self.say(f"round {r}: {rcfg.train.steps} RL updates on {len(pool)} pool tasks")
         trainer.train()
-        if not trainer.last_eval:  # a round without updates (evolve.rl_from_round) evaluates here, episodes logged
+        if not trainer.last_eval:  # a round without updates (rl_from_round, rl=false) evaluates here, episodes logged
             trainer.last_eval = trainer.evaluate(label="end")
         rec["eval"] = dict(trainer.last_eval)
         figures = report.train_figures(folder / "train")
