@@ -12,7 +12,7 @@ The settings: serve blocks of up to 32 MiB (glibc's largest mmap threshold on 64
 trim it. Freed memory stays with the process for its next allocation; the cost is that the process keeps its
 peak heap until it exits. Numbers are unchanged (the same bytes are computed, only where they live differs).
 
-In the update (:func:`heap_not_grown_by_large_blocks`) the heap stops growing for blocks of 1 MiB or more. Its forward
+In the update (:func:`heap_not_grown_by_large_blocks`) the heap stops growing for blocks of 4 MiB or more. Its forward
 keeps thousands of activations of many sizes while it frees as many temporaries, and a heap that grows for all of
 them ends up with as much free space between its blocks as in them: after the forward of one warm-start batch
 (1,290 tokens, SmolLM2-135M) glibc's heap held 1.18 GB of blocks and 1.02 GB of free chunks, 15,776 of them
@@ -21,6 +21,12 @@ then looks at the mmap threshold; so within the update, blocks that fit the heap
 them as before, and larger ones get an mmap of their own, handed back when freed. The forward's peak fell from
 2.0 GB above the model to 1.4 GB (docs/benchmarks.md, "Memory of the default run"); outside the update, rollouts
 keep the settings above.
+
+Why 4 MiB and not 1 (the threshold until 2026-11-28): every mmapped block is faulted in again, page by page, each
+time the update allocates it, and the blocks of 1-4 MiB are many. In the update alone (16 expert episodes, one
+thread, ``benchmarks/bench_heap_threshold.py``) 1 MiB took 41.2 s, 4 MiB 39.3 s and no threshold 37.8 s, at 2.51,
+2.83 and 2.85 GB; in the whole default run the peak was the same with each (3.44-3.48 GB), and so, within one
+pair's noise, was the time (docs/benchmarks.md, "What the memory measures cost the whole run today").
 
 Not applied when ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` is already set (the user's choice), when
 ``SELFEVOLVE_MALLOC=default`` (opt out), or where the C library is not glibc.
@@ -38,7 +44,7 @@ M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 2**31 - 1  # the largest int: the heap is never trimmed
-UPDATE_MMAP_THRESHOLD = 1024 * 1024  # in the update: blocks from 1 MiB up that no free chunk fits are mmapped
+UPDATE_MMAP_THRESHOLD = 4 * 1024 * 1024  # in the update: blocks from 4 MiB up that no free chunk fits are mmapped
 
 _applied: bool | None = None
 _mallopt = None
