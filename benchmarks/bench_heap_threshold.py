@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def worker(setting: str, reps: int) -> dict:
@@ -74,11 +75,11 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.reps)))
         return
-    env = {"OMP_NUM_THREADS": "1"}
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     results = []
     for i in range(0, len(args.settings), 2):
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", s, "--reps", str(args.reps)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **env})
+                                  stdout=subprocess.PIPE, env={**os.environ, **env})
                  for s in args.settings[i:i + 2]]
         for proc in procs:
             stdout, _ = proc.communicate()
@@ -86,7 +87,7 @@ def main() -> None:
                 sys.exit(f"a worker failed (exit {proc.returncode})")
             results.append(json.loads(stdout.decode().strip().splitlines()[-1]))
             r = results[-1]
-            print(f"threshold {r['setting']}: warm-start update {r['nll']:.1f} s, RL update {r['ppo']:.1f} s, "
+            print(f"threshold {r['setting']}: warm-start update {r['nll']:.1f} s, ppo objective {r['ppo']:.1f} s, "
                   f"peak {r['peak_gb']:.2f} GB", flush=True)
     print("SUMMARY heap threshold (16 expert episodes, 4 minibatches, 1 thread, two processes at a time): "
           + "; ".join(f"{r['setting']}: {r['nll']:.1f}/{r['ppo']:.1f} s, {r['peak_gb']:.2f} GB" for r in results))

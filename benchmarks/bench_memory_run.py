@@ -90,6 +90,9 @@ def main() -> None:
         if way is None:
             continue
         if os.waitstatus_to_exitcode(status):
+            for proc in procs.values():  # the other run would go on without anyone waiting for it
+                if proc.poll() is None:
+                    proc.kill()
             sys.exit(f"the {way} run failed (exit {os.waitstatus_to_exitcode(status)}); see {args.out / way}.log")
         results[way] = {"wall_s": time.perf_counter() - start, "peak_gb": usage.ru_maxrss / 1e6,
                         **summary(args.out / way)}

@@ -19,12 +19,12 @@ them ends up with as much free space between its blocks as in them: after the fo
 (``mallinfo2``). glibc serves a block from a free chunk that fits before it asks the system for more, and only
 then looks at the mmap threshold; so within the update, blocks that fit the heap's free chunks are served from
 them as before, and larger ones get an mmap of their own, handed back when freed. The forward's peak fell from
-2.0 GB above the model to 1.4 GB (docs/benchmarks.md, "Memory of the default run"); outside the update, rollouts
-keep the settings above.
+2.0 GB above the model to 1.4 GB at 1 MiB (docs/benchmarks.md, "Memory of the default run"); outside the update,
+rollouts keep the settings above.
 
 Why 4 MiB and not 1 (the threshold until 2026-11-28): every mmapped block is faulted in again, page by page, each
-time the update allocates it, and the blocks of 1-4 MiB are many. In the update alone (16 expert episodes, one
-thread, ``benchmarks/bench_heap_threshold.py``) 1 MiB took 41.2 s, 4 MiB 39.3 s and no threshold 37.8 s, at 2.51,
+time the update allocates it. In the update alone (16 expert episodes, one thread, two processes at a time,
+``benchmarks/bench_heap_threshold.py``) 1 MiB took 41.2 s, 4 MiB 39.3 s and no threshold 37.8 s, at 2.51,
 2.83 and 2.85 GB; in the whole default run the peak was the same with each (3.44-3.48 GB), and so, within one
 pair's noise, was the time (docs/benchmarks.md, "What the memory measures cost the whole run today").
 
