@@ -1,8 +1,8 @@
 """The update's heap threshold (``models/allocator.py``): time and peak memory of the warm start's update with
 blocks from N MiB up mmapped, against no threshold in the update at all.
 
-The batch: the default warm start's first step (16 expert FrozenLake episodes from the training seeds, as
-``benchmarks/bench_memory.py`` builds it), through the trainer's ``ppo_update`` with ``algo.minibatches=4`` (the
+The batch: the default warm start's first step (16 expert FrozenLake episodes from the training seeds,
+``bench_memory.py``'s ``warm_start_batch``), through the trainer's ``ppo_update`` with ``algo.minibatches=4`` (the
 warm start's 4 optimizer steps a step): ``nll`` as the warm start, and ``ppo`` with advantages drawn from N(0, 1).
 Learning rate 0, so every repetition sees the same weights; each update timed ``--reps`` times, the median kept.
 
@@ -32,13 +32,10 @@ def worker(setting: str, reps: int) -> dict:
     import torch
 
     import selfevolve.models.allocator as allocator
-    from selfevolve.build import build_policy, build_prompt
+    from bench_memory import warm_start_batch  # this folder is on the path: the script's own
+    from selfevolve.build import build_policy
     from selfevolve.config import load_config
-    from selfevolve.envs import ENVS, make_env
     from selfevolve.objectives import update
-    from selfevolve.objectives.samples import build_rows
-    from selfevolve.tasks.source import SeedTasks
-    from selfevolve.train.warm_start import expert_episodes
 
     if setting == "none":  # the run's settings throughout: blocks up to 32 MiB from the heap
         update.heap_not_grown_by_large_blocks = contextlib.nullcontext
@@ -47,13 +44,7 @@ def worker(setting: str, reps: int) -> dict:
     cfg = load_config(overrides=["algo.minibatches=4"])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
-    env_cls = ENVS[cfg.env.name]
-    builder = build_prompt(cfg, policy, make_env(env_cls))
-    tasks = SeedTasks(cfg.env.name, seed=cfg.seed).next(cfg.train.warm_start_tasks)
-    trajs = expert_episodes(env_cls, {}, tasks, builder, policy.tokenizer)
-    draw = random.Random(0)
-    rows = {"nll": build_rows(trajs, [0.0] * len(trajs)),
-            "ppo": build_rows(trajs, [draw.gauss(0, 1) for _ in trajs])}
+    rows = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
     times: dict[str, list[float]] = {"nll": [], "ppo": []}
     for _ in range(reps):

@@ -40,30 +40,37 @@ def rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
-def worker(way: str, reps: int, n_tasks: int | None) -> dict:
-    """One way's updates in this process; its times and peak memory."""
-    import torch
-
-    import selfevolve.models.recompute as recompute
-    from selfevolve.build import build_policy, build_prompt
-    from selfevolve.config import load_config
+def warm_start_batch(cfg, policy, n_tasks: int | None = None):
+    """The default warm start's first batch as update rows: ``(nll rows, ppo rows)``, the ppo rows with advantages
+    drawn from N(0, 1) with a fixed seed (also used by ``bench_heap_threshold.py``)."""
+    from selfevolve.build import build_prompt
     from selfevolve.envs import ENVS, make_env
-    from selfevolve.objectives import update
     from selfevolve.objectives.samples import build_rows
     from selfevolve.tasks.source import SeedTasks
     from selfevolve.train.warm_start import expert_episodes
 
-    cfg = load_config(overrides=["algo.micro_batch_gb=null"] if way == "before" else [])
-    torch.manual_seed(cfg.seed)
-    policy = build_policy(cfg)
-    loaded = rss_gb()
     env_cls = ENVS[cfg.env.name]
     builder = build_prompt(cfg, policy, make_env(env_cls))
     tasks = SeedTasks(cfg.env.name, seed=cfg.seed).next(n_tasks or cfg.train.warm_start_tasks)
     trajs = expert_episodes(env_cls, {}, tasks, builder, policy.tokenizer)
     draw = random.Random(0)
-    nll_rows = build_rows(trajs, [0.0] * len(trajs))
-    ppo_rows = build_rows(trajs, [draw.gauss(0, 1) for _ in trajs])
+    return build_rows(trajs, [0.0] * len(trajs)), build_rows(trajs, [draw.gauss(0, 1) for _ in trajs])
+
+
+def worker(way: str, reps: int, n_tasks: int | None) -> dict:
+    """One way's updates in this process; its times and peak memory."""
+    import torch
+
+    import selfevolve.models.recompute as recompute
+    from selfevolve.build import build_policy
+    from selfevolve.config import load_config
+    from selfevolve.objectives import update
+
+    cfg = load_config(overrides=["algo.micro_batch_gb=null"] if way == "before" else [])
+    torch.manual_seed(cfg.seed)
+    policy = build_policy(cfg)
+    loaded = rss_gb()
+    nll_rows, ppo_rows = warm_start_batch(cfg, policy, n_tasks)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
     recompute.ENABLED = way == "after"
     run = update.ppo_update if way == "after" else update._update  # before: the heap grown by every block
