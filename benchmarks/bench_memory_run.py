@@ -14,6 +14,13 @@ training rollout took the same actions in both runs.
 
     python benchmarks/bench_memory_run.py --out runs/memcost --seed 0
     python benchmarks/bench_memory_run.py --out runs/memcost35 --seed 0 --after algo.micro_batch_gb=3.5
+
+``--off`` switches off only some of the measures in the before way (``recompute``, ``heap``, ``bound``; the default
+is all three, and ``eval.batch=64`` goes with ``bound``), to see which one a phase pays for; with ``--both
+train.steps=0 eval.at_start=false eval.episodes=8`` the runs are the warm start alone:
+
+    python benchmarks/bench_memory_run.py --out runs/ws-bound --seed 0 --off bound \
+        --both train.steps=0 eval.at_start=false eval.episodes=8
 """
 
 from __future__ import annotations
@@ -27,28 +34,36 @@ import time
 from pathlib import Path
 
 WAYS = ("before", "after")
+MEASURES = ("recompute", "heap", "bound")
 
-# The before way: the same CLI with the update's memory measures switched off in this process.
+# The before way: the same CLI with the update's memory measures named in BENCH_MEMORY_OFF switched off in this
+# process (the bound is switched off by overrides, in launch).
 DRIVER = """
-import contextlib, sys
+import contextlib, os, sys
 import selfevolve.models.recompute as recompute
 import selfevolve.objectives.update as update
-recompute.ENABLED = False
-update.heap_not_grown_by_large_blocks = contextlib.nullcontext
+off = os.environ["BENCH_MEMORY_OFF"].split(",")
+if "recompute" in off:
+    recompute.ENABLED = False
+if "heap" in off:
+    update.heap_not_grown_by_large_blocks = contextlib.nullcontext
 from selfevolve.cli import main
 sys.argv = ["selfevolve", *sys.argv[1:]]
 main()
 """
 
 
-def launch(way: str, out: Path, seed: int, threads: int, after: list[str], both: list[str]) -> subprocess.Popen:
+def launch(way: str, out: Path, seed: int, threads: int, after: list[str], both: list[str],
+           off: tuple[str, ...] = MEASURES) -> subprocess.Popen:
     args = ["train", f"seed={seed}", f"train.out_dir={out / way}", "train.overwrite=true", "train.progress=false",
             *both]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     if way == "before":
-        cmd = [sys.executable, "-c", DRIVER, *args, "algo.micro_batch_gb=null", "eval.batch=64"]
+        bound = ["algo.micro_batch_gb=null", "eval.batch=64"] if "bound" in off else []
+        cmd = [sys.executable, "-c", DRIVER, *args, *bound]
+        env["BENCH_MEMORY_OFF"] = ",".join(off)
     else:
         cmd = [sys.executable, "-m", "selfevolve.cli", *args, *after]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     log = open(out / f"{way}.log", "w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -66,8 +81,10 @@ def summary(run: Path) -> dict:
 
 
 def actions(run: Path) -> list:
-    """Every training rollout's action texts, in the order they were logged."""
+    """Every training rollout's action texts, in the order they were logged (none without RL steps)."""
     path = run / "trajectories.jsonl"
+    if not path.is_file():
+        return []
     return [[s["action_text"] for s in json.loads(line)["steps"]] for line in path.read_text().splitlines() if line]
 
 
@@ -78,10 +95,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--after", nargs="*", default=[], help="overrides for the after way (KEY=VALUE)")
     ap.add_argument("--both", nargs="*", default=[], help="overrides for both runs (e.g. train.steps=1 for a try)")
+    ap.add_argument("--off", nargs="+", choices=MEASURES, default=list(MEASURES),
+                    help="the measures the before way switches off (default: all)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    procs = {way: launch(way, args.out, args.seed, args.threads, args.after, args.both) for way in WAYS}
+    procs = {way: launch(way, args.out, args.seed, args.threads, args.after, args.both, tuple(args.off))
+             for way in WAYS}
     results: dict[str, dict] = {}
     by_pid = {proc.pid: way for way, proc in procs.items()}
     while by_pid:  # whichever run ends first: each wall is its own end
@@ -100,11 +120,14 @@ def main() -> None:
               f"{results[way]['held_out']}, phases "
               + ", ".join(f"{k[5:]} {v:.1f}" for k, v in sorted(results[way]["phases"].items())), flush=True)
     same = actions(args.out / "before") == actions(args.out / "after")
-    (args.out / "summary.json").write_text(json.dumps({"after_overrides": args.after, "seed": args.seed,
+    (args.out / "summary.json").write_text(json.dumps({"after_overrides": args.after, "off": args.off,
+                                                       "seed": args.seed,
                                                        "same_actions": same, **results}, indent=1))
     b, a = results["before"], results["after"]
-    print(f"SUMMARY memory measures on the whole default run (seed {args.seed}, side by side, {args.threads} "
-          f"thread(s) each{', after: ' + ' '.join(args.after) if args.after else ''}): wall {a['wall_s']:.0f} s "
+    what = "memory measures" if set(args.off) == set(MEASURES) else "memory measure(s) " + "+".join(args.off)
+    print(f"SUMMARY {what} on the whole default run (seed {args.seed}, side by side, {args.threads} "
+          f"thread(s) each{', after: ' + ' '.join(args.after) if args.after else ''}"
+          f"{', both: ' + ' '.join(args.both) if args.both else ''}): wall {a['wall_s']:.0f} s "
           f"with against {b['wall_s']:.0f} s without = {a['wall_s'] / b['wall_s']:.3f}x (target <= 1.05x); peak "
           f"{a['peak_gb']:.2f} against {b['peak_gb']:.2f} GB (target <= 4 GB); held out {a['held_out']} against "
           f"{b['held_out']}; same training actions: {same}")
