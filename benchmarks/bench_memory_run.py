@@ -125,7 +125,8 @@ def main() -> None:
                                                        "same_actions": same, **results}, indent=1))
     b, a = results["before"], results["after"]
     what = "memory measures" if set(args.off) == set(MEASURES) else "memory measure(s) " + "+".join(args.off)
-    print(f"SUMMARY {what} on the whole default run (seed {args.seed}, side by side, {args.threads} "
+    where = "the run" if args.both else "the whole default run"
+    print(f"SUMMARY {what} on {where} (seed {args.seed}, side by side, {args.threads} "
           f"thread(s) each{', after: ' + ' '.join(args.after) if args.after else ''}"
           f"{', both: ' + ' '.join(args.both) if args.both else ''}): wall {a['wall_s']:.0f} s "
           f"with against {b['wall_s']:.0f} s without = {a['wall_s'] / b['wall_s']:.3f}x (target <= 1.05x); peak "
