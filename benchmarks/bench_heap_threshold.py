@@ -27,18 +27,16 @@ from pathlib import Path
 
 
 def worker(setting: str, reps: int) -> dict:
-    import contextlib
-
     import torch
 
     import selfevolve.models.allocator as allocator
-    from bench_memory import warm_start_batch  # this folder is on the path: the script's own
+    from bench_memory import switch_off, warm_start_batch  # this folder is on the path: the script's own
     from selfevolve.build import build_policy
     from selfevolve.config import load_config
     from selfevolve.objectives import update
 
     if setting == "none":  # the run's settings throughout: blocks up to 32 MiB from the heap
-        update.heap_not_grown_by_large_blocks = contextlib.nullcontext
+        switch_off("heap")
     else:
         allocator.UPDATE_MMAP_THRESHOLD = int(setting) * 1024 * 1024
     cfg = load_config(overrides=["algo.minibatches=4"])

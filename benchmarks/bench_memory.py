@@ -35,6 +35,21 @@ import time
 WAYS = ("before", "after")
 
 
+def switch_off(*measures: str) -> None:
+    """Switch off issue 43's memory measures named in this process: ``recompute`` (every activation of the training
+    forward kept, ``models/recompute.py``'s ``ENABLED``) and ``heap`` (the update's heap context of
+    ``models/allocator.py`` left out). The micro-batch bound is a setting: ``algo.micro_batch_gb=null``."""
+    import contextlib
+
+    import selfevolve.models.recompute as recompute
+    from selfevolve.objectives import update
+
+    if "recompute" in measures:
+        recompute.ENABLED = False
+    if "heap" in measures:
+        update.heap_not_grown_by_large_blocks = contextlib.nullcontext
+
+
 def rss_gb() -> float:
     """This process's peak resident memory so far, in GB (``ru_maxrss`` is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
@@ -61,7 +76,6 @@ def worker(way: str, reps: int, n_tasks: int | None) -> dict:
     """One way's updates in this process; its times and peak memory."""
     import torch
 
-    import selfevolve.models.recompute as recompute
     from selfevolve.build import build_policy
     from selfevolve.config import load_config
     from selfevolve.objectives import update
@@ -72,14 +86,14 @@ def worker(way: str, reps: int, n_tasks: int | None) -> dict:
     loaded = rss_gb()
     nll_rows, ppo_rows = warm_start_batch(cfg, policy, n_tasks)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
-    recompute.ENABLED = way == "after"
-    run = update.ppo_update if way == "after" else update._update  # before: the heap grown by every block
+    if way == "before":
+        switch_off("recompute", "heap")
     times: dict[str, list[float]] = {"nll": [], "ppo": []}
     losses = {}
     for _ in range(reps):
         for objective, rows in (("nll", nll_rows), ("ppo", ppo_rows)):
             t = time.perf_counter()
-            st = run(policy, optimizer, rows, cfg.algo, random.Random(0), objective=objective)
+            st = update.ppo_update(policy, optimizer, rows, cfg.algo, random.Random(0), objective=objective)
             times[objective].append(time.perf_counter() - t)
             losses[objective] = st.get("loss/bc", st.get("loss/policy"))
             print(f"{way} {objective}: {times[objective][-1]:.1f} s", file=sys.stderr, flush=True)

@@ -37,16 +37,12 @@ WAYS = ("before", "after")
 MEASURES = ("recompute", "heap", "bound")
 
 # The before way: the same CLI with the update's memory measures named in BENCH_MEMORY_OFF switched off in this
-# process (the bound is switched off by overrides, in launch).
-DRIVER = """
-import contextlib, os, sys
-import selfevolve.models.recompute as recompute
-import selfevolve.objectives.update as update
-off = os.environ["BENCH_MEMORY_OFF"].split(",")
-if "recompute" in off:
-    recompute.ENABLED = False
-if "heap" in off:
-    update.heap_not_grown_by_large_blocks = contextlib.nullcontext
+# process (bench_memory.switch_off; the bound is switched off by overrides, in launch).
+DRIVER = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from bench_memory import switch_off
+switch_off(*os.environ["BENCH_MEMORY_OFF"].split(","))
 from selfevolve.cli import main
 sys.argv = ["selfevolve", *sys.argv[1:]]
 main()
