@@ -18,7 +18,7 @@ The untrained model (arm i) and today's default recipe on the original tasks (ar
     python benchmarks/bench_evolve.py --env sokoban --seeds 0 --arms evolve --extra eval.episodes=32
 
 Writes ``OUT/ENV/ARM/seed-N/`` (the evolve runs), ``OUT/summary-ENV.json`` and prints a markdown table and a
-final SUMMARY line: per arm, held-out greedy success after the last round per seed, mean ± std, the change
+final SUMMARY line: per arm, held-out greedy success of the kept round per seed (the last one with evolve.keep=last), mean ± std, the change
 against the baseline's mean gain, wall minutes and rollouts.
 """
 
@@ -33,6 +33,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from selfevolve.evolve import report
 
 ARMS = {
     "evolve": [],
@@ -66,7 +68,10 @@ def run(env: str, arm: str, seed: int, args) -> dict:
     result = {
         "arm": arm, "seed": seed, "start": s.get("start_eval", {}).get("eval/success"),
         "per_round": [r.get("eval", {}).get("eval/success") for r in rounds],
-        "final": rounds[-1].get("eval", {}).get("eval/success"),
+        # the policy the run keeps: its kept round's (evolve.keep=best), else its last round's
+        "final": report.summary(s)["final"],
+        "kept_round": report.summary(s)["kept_round"],
+        "last": rounds[-1].get("eval", {}).get("eval/success"),
         "pool": rounds[-1].get("pool", {}).get("tasks"),
         "kept_per_round": [r.get("write", {}).get("kept") for r in rounds],
         "rollouts": sum(r.get("train", {}).get("rollouts", 0) for r in rounds),

@@ -277,7 +277,7 @@ def test_rl_from_round_leaves_the_earlier_rounds_to_cloning():
 
 EVOLVE = [*TINY, "env.size=3", "evolve.rounds=2", "train.steps=4", "train.tasks_per_step=2", "algo.group_size=2",
           "questioning.explorations=3", "questioning.steps=4", "eval.episodes=3", "evolve.bc_steps=2",
-          "evolve.bc_tasks=3", "env.max_turns=3"]
+          "evolve.bc_tasks=3", "env.max_turns=3", "evolve.validation_explorations=4", "evolve.validation_min_moves=2"]
 
 
 def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_path):
@@ -345,6 +345,56 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     with pytest.raises(Exception, match=r"its evolve\.rl_longest settings differ"):
         Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.rl_longest=0.5"]))
+
+
+def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keeps_the_best(tmp_path):
+    """evolve.keep=best (the default): validation tasks written once from random explorations of sandboxes no
+    round explores, each at least validation_min_moves long; every round scored on all of them; the summary, the
+    command's line and the page keep the round with the highest score."""
+    out = tmp_path / "best"
+    summary = Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={out}"])).run()
+    state = json.loads((out / "evolve.json").read_text())
+    val = state["validation"]
+    assert val["sandboxes"] == [100_000, 100_003] and val["min_moves"] == 2 and val["tasks"] > 0
+    tasks = [json.loads(x) for x in (out / "validation" / "tasks.jsonl").read_text().splitlines()]
+    assert len(tasks) == val["tasks"] and all(len(t["solution"]) >= 2 for t in tasks)
+    assert {t["goal"]["seed"] for t in tasks} <= set(range(100_000, 100_004))  # never a round's sandbox (0-5)
+    scores = [r["validation"]["success"] for r in state["rounds"]]
+    assert [r["validation"]["tasks"] for r in state["rounds"]] == [val["tasks"]] * 2
+    k = 1 if scores[1] >= scores[0] else 0  # the latest on a tie
+    assert summary["kept_round"] == k and summary["final"] == state["rounds"][k]["eval"]["eval/success"]
+    assert summary["last"] == state["rounds"][1]["eval"]["eval/success"]
+    page = (out / "evolve.md").read_text()
+    assert f"**Kept: round {k}**" in page and "validation, to choose the round kept" in page
+    assert f"- validation: success {scores[1]:.3f} on {val['tasks']} of the agent's own tasks" in page
+
+
+def test_the_round_kept_by_hand():
+    from selfevolve.evolve.validation import best_round
+
+    def rounds(*scores):
+        return [{"round": i, **({"validation": {"success": s}} if s is not None else {})} for i, s in enumerate(scores)]
+
+    assert best_round(rounds(0.5, 0.25, 0.5)) == 2  # a tie: the latest
+    assert best_round(rounds(0.1, 0.75, 0.25)) == 1
+    assert best_round(rounds(None, 0.0)) == 1 and best_round(rounds(None, None)) is None
+
+
+def test_keep_last_writes_no_validation_and_a_tool_world_keeps_its_last_round(tmp_path):
+    out = tmp_path / "last"
+    summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rounds=1", "train.steps=1", "evolve.keep=last",
+                                             f"train.out_dir={out}"])).run()
+    assert summary["kept_round"] is None and summary["final"] == summary["last"]
+    assert not (out / "validation").exists() and "validation" not in json.loads((out / "evolve.json").read_text())
+    assert "**Kept: the last round** (`evolve.keep=last`)." in (out / "evolve.md").read_text()
+    from selfevolve.envs.tools.shop import ShopEnv
+    from selfevolve.evolve import validation
+
+    assert validation.build(load_config(overrides=[*TINY, "env.name=shop"]), ShopEnv, tmp_path) == \
+        {"skipped": validation.NO_GAME}
+    with pytest.raises(ConfigError, match="reach the validation's"):
+        Evolver(load_config(overrides=[*TINY, "evolve.rounds=100", "questioning.explorations=1001",
+                                       f"train.out_dir={tmp_path / 'many'}"]))
 
 
 def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_path):

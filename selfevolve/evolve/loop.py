@@ -36,7 +36,7 @@ from rich.console import Console
 from selfevolve.config import Config, _validate
 from selfevolve.envs import make_env
 from selfevolve.errors import SelfEvolveError
-from selfevolve.evolve import hindsight, report
+from selfevolve.evolve import hindsight, report, validation
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.pool import PoolTasks, TaskPool
 from selfevolve.questioning.explore import ExplorationRecord
@@ -132,6 +132,7 @@ class Evolver:
         exploration = hindsight.game_of(self.env_cls)
         options = hindsight.train_options(cfg, self.env_cls)
         hindsight.check_explorer(cfg, exploration)
+        validation.check(cfg)
         if exploration is not None:
             exploration.game.check_options(options)
         make_env(self.env_cls, **options)  # bad options fail here, before anything is written
@@ -200,6 +201,8 @@ class Evolver:
                 self.state["start_eval"] = self._evaluate(self._policy_for(0))
                 self._save()
                 self.say(f"held-out success before round 0: {self.state['start_eval']['eval/success']:.3f}")
+            if r == 0 and cfg.evolve.keep == "best" and "validation" not in self.state:
+                self._write_validation()
             explored = cfg.evolve.reexplore or r == 0
             if "written" not in rec["stages"]:
                 records = self._explore(r, rec, folder) if explored else []
@@ -220,6 +223,10 @@ class Evolver:
         report.write(self.out, self.state)
         self.policy = None
         summary = report.summary(self.state)
+        if summary.get("kept_round") is not None:
+            k = summary["kept_round"]
+            self.say(f"kept round {k} (the highest validation success on the agent's own tasks): held-out success "
+                     f"{summary['kept']:.3f}; its policy: {self.out / f'round-{k}' / 'train'}")
         summary["seconds"] = time.perf_counter() - t0
         return summary
 
@@ -245,6 +252,27 @@ class Evolver:
         builder = build_prompt(cfg, policy, make_env(self.env_cls, **options))
         return evaluate(policy, self.env_cls, options, builder, episodes=e.episodes, pass_k=e.pass_k,
                         seed_offset=e.seed_offset, sample_seed=cfg.seed, batch=e.batch)
+
+    def _write_validation(self) -> None:
+        """``evolve.keep=best``: the validation tasks (``evolve/validation.py``), written once before round 0."""
+        written = validation.build(self.cfg, self.env_cls, self.out)
+        if written.get("tasks") == 0:
+            written["skipped"] = (f"no validation task of {written['min_moves']}+ moves was written, so the run keeps "
+                                  f"its last round")
+        self.state["validation"] = written
+        self._save()
+        self.say(f"validation: {written['skipped']}" if "skipped" in written else
+                 f"validation: {written['tasks']} tasks of {written['min_moves']}+ moves, the agent's own, from "
+                 f"{self.cfg.evolve.validation_explorations} random explorations of unexplored training sandboxes")
+
+    def _validate(self, r: int, rec: dict, policy) -> None:
+        """Score round ``r``'s policy on the validation tasks (when the run has them and the round has no score)."""
+        written = self.state.get("validation", {})
+        if self.cfg.evolve.keep != "best" or not written.get("tasks") or "validation" in rec:
+            return
+        rec["validation"] = validation.score(self.cfg, self.env_cls, policy, self.out, written["tasks"])
+        self._save()
+        self.say(f"round {r}: validation success {rec['validation']['success']:.3f} on the agent's own tasks")
 
     def _explore(self, r: int, rec: dict, folder: Path) -> list[ExplorationRecord]:
         from selfevolve.questioning.explore import load_explorations, save_explorations
@@ -331,6 +359,7 @@ class Evolver:
         rec["pool"] = {"tasks": len(pool), "histogram": pool.histogram(),
                        "buffered": sum(len(e.buffer) for e in pool.entries)}
         self.say(f"round {r}: held-out success {rec['eval'].get('eval/success', 0):.3f}")
+        self._validate(r, rec, trainer.policy)
         self.policy = trainer.policy
         trainer.close()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from selfevolve.evolve.validation import best_round
+
 MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
 MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
          "imitation/ratio", "imitation/clipped", "pool/p_mean", "pool/drawn_from")
@@ -49,11 +51,16 @@ def curve(state: dict) -> list[tuple[str, float | None, int]]:
 
 
 def summary(state: dict) -> dict:
+    """``final``: the held-out success of the policy the run keeps — the kept round's (``kept_round``, with
+    ``evolve.keep=best``; ``evolve/validation.py``), else the last round's (``last``)."""
     pts = curve(state)
     done = [r for r in state["rounds"] if "trained" in r.get("stages", [])]
+    k = best_round(done)
+    last = pts[-1][1] if pts else None
+    kept = {"kept_round": k, "kept": done[k]["eval"].get("eval/success")} if k is not None else {"kept_round": None}
     return {"rounds": len(done), "start": pts[0][1] if pts and pts[0][0] == "start" else None,
-            "final": pts[-1][1] if pts else None, "pool": pts[-1][2] if pts else 0,
-            "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
+            "final": kept["kept"] if k is not None else last, "last": last, **kept,
+            "pool": pts[-1][2] if pts else 0, "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
 
 
 HINDSIGHT_FORMS = {  # evolve.hindsight, in the report's words
@@ -80,6 +87,12 @@ def saw(state: dict) -> list[str]:
         among = "those the masked explorer may answer" if masked else "all the game's moves"
         notes.append(f"- explorer: **uniform random moves** among {among}, no model (`evolve.explorer=random`, a "
                      "diagnostic: the explorations are not the agent's own);")
+    val = state.get("validation", {})
+    if val.get("tasks"):
+        lo, hi = val["sandboxes"]
+        notes.append(f"- validation, to choose the round kept: {val['tasks']} tasks of {val['min_moves']}+ moves written "
+                     f"by the agent's hindsight from random explorations of training sandboxes {lo}–{hi} (no round "
+                     "explores them), never trained on;")
     updates = sum(r.get("train", {}).get("updates", 0) for r in rounds)
     rollouts = sum(r.get("train", {}).get("rollouts", 0) for r in rounds)
     if ev.get("rl", True):
@@ -107,8 +120,11 @@ def _pct(x) -> str:
 
 def markdown(state: dict) -> str:
     lines = [f"# selfevolve evolve: {state.get('env')}", "", "## What the run saw", "", *saw(state), "",
-             "## Held-out success per round", "", "| point | held-out success | pool tasks |", "|---|---:|---:|"]
-    lines += [f"| {p} | {_pct(s)} | {n} |" for p, s, n in curve(state)]
+             "## Held-out success per round", "",
+             "| point | held-out success | validation success (own tasks) | pool tasks |", "|---|---:|---:|---:|"]
+    scores = {f"round {r['round']}": r.get("validation", {}).get("success") for r in state["rounds"]}
+    lines += [f"| {p} | {_pct(s)} | {_pct(scores.get(p))} | {n} |" for p, s, n in curve(state)]
+    lines += ["", kept_line(state)]
     for rec in state["rounds"]:
         r = rec["round"]
         lines += ["", f"## Round {r}", ""]
@@ -148,7 +164,22 @@ def markdown(state: dict) -> str:
         if ev:
             lines.append("- held-out: " + _kv({k: round(v, 3) if isinstance(v, float) else v for k, v in ev.items()
                                                if k.startswith("eval/")}))
+        val = rec.get("validation")
+        if val:
+            lines.append(f"- validation: success {val['success']:.3f} on {val['tasks']} of the agent's own tasks "
+                         f"({val['seconds']} s)")
     return "\n".join(lines) + "\n"
+
+
+def kept_line(state: dict) -> str:
+    """Which round's policy the run keeps, and why."""
+    s, v = summary(state), state.get("validation", {})
+    if s["kept_round"] is not None:
+        k = s["kept_round"]
+        return (f"**Kept: round {k}**, the highest validation success on the agent's own tasks; held-out success "
+                f"{_pct(s['kept'])} (the last round: {_pct(s['last'])}); its policy: `round-{k}/train`.")
+    why = v.get("skipped") or ("`evolve.keep=last`" if not v else "no round scored yet")
+    return f"**Kept: the last round** ({why})."
 
 
 def _kv(d: dict) -> str:
