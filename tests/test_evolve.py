@@ -360,7 +360,8 @@ def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keep
     assert len(tasks) == val["tasks"] and all(len(t["solution"]) >= 2 for t in tasks)
     assert {t["goal"]["seed"] for t in tasks} <= set(range(100_000, 100_004))  # never a round's sandbox (0-5)
     scores = [r["validation"]["success"] for r in state["rounds"]]
-    assert [r["validation"]["tasks"] for r in state["rounds"]] == [val["tasks"]] * 2
+    played = {r["validation"]["tasks"] for r in state["rounds"]}  # each distinct map once (eval_tasks)
+    assert len(played) == 1 and 0 < played.pop() <= val["tasks"]
     k = 1 if scores[1] >= scores[0] else 0  # the latest on a tie
     assert summary["kept_round"] == k and summary["final"] == state["rounds"][k]["eval"]["eval/success"]
     assert summary["last"] == state["rounds"][1]["eval"]["eval/success"]

@@ -69,7 +69,8 @@ def build(cfg, env_cls, out: Path) -> dict:
 
 
 def score(cfg, env_cls, policy, out: Path, tasks: int) -> dict:
-    """Greedy success of ``policy`` on the ``tasks`` validation tasks (each played once)."""
+    """Greedy success of ``policy`` on the ``tasks`` validation tasks, each distinct map played once
+    (``eval_tasks``: two sandboxes can hold the same map, and then the same task)."""
     from selfevolve.build import build_prompt
     from selfevolve.train.evaluate import evaluate
 
