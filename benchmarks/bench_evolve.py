@@ -34,7 +34,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from selfevolve.evolve import report
 
 ARMS = {
     "evolve": [],
@@ -49,7 +48,9 @@ def run(env: str, arm: str, seed: int, args) -> dict:
     state = out / "evolve.json"
     done = out / "bench_done.json"
     if done.is_file():
-        return json.loads(done.read_text())
+        cached = json.loads(done.read_text())
+        if "kept_round" in cached:  # older records count the last round as final: resume the run to recount
+            return cached
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "selfevolve.cli", "evolve", f"env.name={env}", f"seed={seed}",
            f"train.out_dir={out}", "train.progress=false", *ARMS[arm], *args.extra]
@@ -65,12 +66,13 @@ def run(env: str, arm: str, seed: int, args) -> dict:
         return {"arm": arm, "seed": seed, "error": f"exit {code}, see {out / 'bench.log'}"}
     s = json.loads(state.read_text())
     rounds = s["rounds"]
+    summary = json.loads((out / "evolve_report.json").read_text())["summary"]
     result = {
         "arm": arm, "seed": seed, "start": s.get("start_eval", {}).get("eval/success"),
         "per_round": [r.get("eval", {}).get("eval/success") for r in rounds],
-        # the policy the run keeps: its kept round's (evolve.keep=best), else its last round's
-        "final": report.summary(s)["final"],
-        "kept_round": report.summary(s)["kept_round"],
+        # the policy the run keeps: its kept round's (evolve.keep=best), else its last round's (the run's summary)
+        "final": summary["final"],
+        "kept_round": summary.get("kept_round"),
         "last": rounds[-1].get("eval", {}).get("eval/success"),
         "pool": rounds[-1].get("pool", {}).get("tasks"),
         "kept_per_round": [r.get("write", {}).get("kept") for r in rounds],
@@ -79,8 +81,9 @@ def run(env: str, arm: str, seed: int, args) -> dict:
         "bc_demonstrations": sum(r.get("bc", {}).get("bc/demonstrations", 0) for r in rounds),
         "updates": sum(r.get("train", {}).get("updates", 0) for r in rounds),
         # the stages' own seconds (exploring, writing, cloning + RL + evaluation), so a resumed run counts once
-        "minutes": round(sum(r.get(k, {}).get("seconds", 0) for r in rounds for k in ("explore", "write", "train"))
-                         / 60, 1),
+        "minutes": round((sum(r.get(k, {}).get("seconds", 0) for r in rounds
+                              for k in ("explore", "write", "train", "validation"))
+                          + s.get("validation", {}).get("seconds", 0)) / 60, 1),
         "wall_minutes_this_call": round((time.perf_counter() - t0) / 60, 1),
     }
     done.write_text(json.dumps(result))

@@ -1,12 +1,12 @@
 """Would ``evolve.keep=best`` have kept the best round of finished ``selfevolve evolve`` runs?
 
-For each run folder (and its seed): write the run's validation set with the committed ``evolve/validation.py``
-(``validation.build``, into ``OUT/seed-N``), score every round's saved adapter on it (``validation.score``), and
+For each run folder: write the run's validation set with the committed ``evolve/validation.py`` (``validation.build``
+with the run's own settings and seed, from ``round-0/train/config.yaml``, into ``OUT/RUN_NAME``), score every round's saved adapter on it (``validation.score``), and
 set the kept round beside each round's held-out success from the run's ``evolve.json``. Training is not rerun:
 the validation set and its scores do not depend on anything a round does, so this is what the loop itself would
 have kept. Runs made with ``evolve.keep=best`` already hold their scores; this is for runs made before it.
 
-    python benchmarks/bench_keep_best.py --runs runs/evolve-s3 runs/evolve-s4 --seeds 3 4 --out runs/keep-best
+    python benchmarks/bench_keep_best.py --runs runs/evolve-s3 runs/evolve-s4 --out runs/keep-best
 
 Prints a markdown table and a final SUMMARY line: the held-out success kept against the last round's, per seed
 and on average. One thread (``OMP_NUM_THREADS``) per process is what docs/evolve.md used, two runs at a time.
@@ -20,14 +20,18 @@ import statistics
 from pathlib import Path
 
 from selfevolve import load_config
+from selfevolve.evolve.report import best_round
 from selfevolve.build import build_policy, resolve_env
 from selfevolve.evolve import validation
 from selfevolve.train.checkpoint import load_init_adapter
 
 
-def score_run(run: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+def score_run(run: Path, out: Path) -> dict:
+    """Score ``run``'s rounds on the validation set its own configuration writes (its round 0's, the seed and
+    settings it ran with)."""
     state = json.loads((run / "evolve.json").read_text())
-    cfg = load_config(overrides=[f"env.name={state['env']}", f"seed={seed}", *overrides])
+    cfg = load_config(str(run / "round-0" / "train" / "config.yaml"))  # validation uses the training split itself
+    seed = cfg.seed
     env_cls = resolve_env(cfg, None)
     written = validation.build(cfg, env_cls, out)
     if not written.get("tasks"):
@@ -42,7 +46,7 @@ def score_run(run: Path, seed: int, out: Path, overrides: list[str]) -> dict:
                        "held_out": rec["eval"]["eval/success"]})
         print(f"seed {seed} round {r}: validation {rounds[-1]['validation']['success']:.3f}, held out "
               f"{rounds[-1]['held_out']:.3f}", flush=True)
-    k = validation.best_round(rounds)
+    k = best_round(rounds)
     result = {"run": str(run), "seed": seed, "validation": written, "rounds": rounds, "kept_round": k,
               "kept": rounds[k]["held_out"], "last": rounds[-1]["held_out"]}
     (out / "result.json").write_text(json.dumps(result, indent=1))
@@ -52,13 +56,9 @@ def score_run(run: Path, seed: int, out: Path, overrides: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, nargs="+", required=True, help="finished selfevolve evolve run folders")
-    ap.add_argument("--seeds", type=int, nargs="+", required=True, help="each run's seed, in the same order")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--extra", nargs="*", default=[], help="KEY=VALUE overrides the runs were made with")
     args = ap.parse_args()
-    if len(args.runs) != len(args.seeds):
-        ap.error("give one seed per run")
-    results = [score_run(run, seed, args.out / f"seed-{seed}", args.extra) for run, seed in zip(args.runs, args.seeds)]
+    results = [score_run(run, args.out / run.name) for run in args.runs]
     print("\n| seed | validation per round | held out per round | kept round | kept | last |\n|---|---|---|---|---|---|")
     for r in results:
         val = " / ".join(f"{x['validation']['success']:.3f}" for x in r["rounds"])

@@ -359,6 +359,19 @@ def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keep
     tasks = [json.loads(x) for x in (out / "validation" / "tasks.jsonl").read_text().splitlines()]
     assert len(tasks) == val["tasks"] and all(len(t["solution"]) >= 2 for t in tasks)
     assert {t["goal"]["seed"] for t in tasks} <= set(range(100_000, 100_004))  # never a round's sandbox (0-5)
+    maps = FrozenLakeEnv(size=3, split="train")
+    explored = set()
+    for seed in range(6):  # the 2 rounds x 3 explorations' sandboxes: no validation map is one of theirs
+        maps.reset(seed)
+        explored.add(maps.content_key())
+    for seed in {t["goal"]["seed"] for t in tasks}:
+        maps.reset(seed)
+        assert maps.content_key() not in explored
+    same = 0
+    for seed in range(100_000, 100_004):
+        maps.reset(seed)
+        same += maps.content_key() in explored
+    assert val["left_out"] == same
     scores = [r["validation"]["success"] for r in state["rounds"]]
     played = {r["validation"]["tasks"] for r in state["rounds"]}  # each distinct map once (eval_tasks)
     assert len(played) == 1 and 0 < played.pop() <= val["tasks"]
@@ -367,11 +380,25 @@ def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keep
     assert summary["last"] == state["rounds"][1]["eval"]["eval/success"]
     page = (out / "evolve.md").read_text()
     assert f"**Kept: round {k}**" in page and "validation, to choose the round kept" in page
-    assert f"- validation: success {scores[1]:.3f} on {val['tasks']} of the agent's own tasks" in page
+    assert f"- validation: success {scores[1]:.3f} on " in page
+
+
+def test_validation_tasks_are_written_by_the_template_whatever_evolve_writer_says(tmp_path):
+    """evolve.writer=llm asks the policy to phrase the pool's tasks; the validation set is written without any
+    model (the template), and with evolve.validation_min_moves above every reference the set is empty."""
+    from selfevolve.evolve import validation
+
+    cfg = load_config(overrides=[*EVOLVE, "evolve.writer=llm"])
+    written = validation.build(cfg, FrozenLakeEnv, tmp_path / "llm")
+    tasks = [json.loads(x) for x in (tmp_path / "llm" / "validation" / "tasks.jsonl").read_text().splitlines()]
+    assert written["tasks"] == len(tasks) > 0
+    assert all(t["instruction"] == "Walk from your start to the goal G without falling into a hole." for t in tasks)
+    cfg = load_config(overrides=[*EVOLVE, "evolve.validation_min_moves=99"])
+    assert validation.build(cfg, FrozenLakeEnv, tmp_path / "none")["tasks"] == 0
 
 
 def test_the_round_kept_by_hand():
-    from selfevolve.evolve.validation import best_round
+    from selfevolve.evolve.report import best_round
 
     def rounds(*scores):
         return [{"round": i, **({"validation": {"success": s}} if s is not None else {})} for i, s in enumerate(scores)]
@@ -379,6 +406,15 @@ def test_the_round_kept_by_hand():
     assert best_round(rounds(0.5, 0.25, 0.5)) == 2  # a tie: the latest
     assert best_round(rounds(0.1, 0.75, 0.25)) == 1
     assert best_round(rounds(None, 0.0)) == 1 and best_round(rounds(None, None)) is None
+    # what the page says when no round is kept by its score
+    from selfevolve.evolve.report import kept_line
+
+    state = {"config": {"evolve": {}}, "rounds": [{"round": 0, "stages": ["trained"], "eval": {"eval/success": 0.5}}]}
+    assert "the run began before `evolve.keep`" in kept_line(state)  # resumed from a run made before the option
+    state["config"]["evolve"]["keep"] = "last"
+    assert "(`evolve.keep=last`)" in kept_line(state)
+    state["validation"] = {"skipped": "why"}
+    assert kept_line(state) == "**Kept: the last round** (why)."
 
 
 def test_keep_last_writes_no_validation_and_a_tool_world_keeps_its_last_round(tmp_path):

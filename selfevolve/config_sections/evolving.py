@@ -159,13 +159,14 @@ class EvolveConfig(_Section):
     buffer_per_task: int = Field(2, ge=0, description="Latest successful rollouts kept per pool task for replay.")
     keep: Literal["best", "last"] = Field(
         "best", description="The round whose policy the run keeps: best (the highest greedy success on a validation "
-        "set of the agent's own hindsight tasks, written from random explorations of training sandboxes no round "
-        "explores; the latest on a tie) or last. The test split is for evaluation only, so it never chooses. "
-        "Games only; a tool world keeps its last round (docs/evolve.md, 'Keeping the best round').")
+        "set of hindsight tasks written, by the template writer, from random-move explorations of training sandboxes "
+        "that hold no map or room a round explores; the latest round on a tie) or last. The test split is for "
+        "evaluation only, so it never chooses. Games only; a tool world keeps its last round (docs/evolve.md, "
+        "'Keeping the best round').")
     validation_explorations: int = Field(48, ge=1, description="keep=best: random-move explorations that write the "
                                          "validation tasks (no model asked).")
     validation_min_moves: int = Field(4, ge=1, description="keep=best: a validation task's reference takes at least "
-                                      "this many moves (the short ones reward one repeated move).")
+                                      "this many moves (the held-out maps take about six).")
 
     @model_validator(mode="after")
     def _some_round_trains(self):

@@ -167,8 +167,8 @@ class Evolver:
         if path.is_file():  # overwrite: only what an evolve run writes
             import shutil
 
-            for p in self.out.glob("round-*"):
-                shutil.rmtree(p)
+            for p in [*self.out.glob("round-*"), self.out / validation.FOLDER]:
+                shutil.rmtree(p, ignore_errors=True)
             for name in (STATE, report.MARKDOWN, report.JSON, report.FIGURE):
                 (self.out / name).unlink(missing_ok=True)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -225,7 +225,7 @@ class Evolver:
         summary = report.summary(self.state)
         if summary.get("kept_round") is not None:
             k = summary["kept_round"]
-            self.say(f"kept round {k} (the highest validation success on the agent's own tasks): held-out success "
+            self.say(f"kept round {k} (the highest validation success): held-out success "
                      f"{summary['kept']:.3f}; its policy: {self.out / f'round-{k}' / 'train'}")
         summary["seconds"] = time.perf_counter() - t0
         return summary
@@ -262,8 +262,9 @@ class Evolver:
         self.state["validation"] = written
         self._save()
         self.say(f"validation: {written['skipped']}" if "skipped" in written else
-                 f"validation: {written['tasks']} tasks of {written['min_moves']}+ moves, the agent's own, from "
-                 f"{self.cfg.evolve.validation_explorations} random explorations of unexplored training sandboxes")
+                 f"validation: {written['tasks']} hindsight tasks of {written['min_moves']}+ moves from "
+                 f"{self.cfg.evolve.validation_explorations - written['left_out']} random-move explorations of "
+                 f"training sandboxes no round explores")
 
     def _validate(self, r: int, rec: dict, policy) -> None:
         """Score round ``r``'s policy on the validation tasks (when the run has them and the round has no score)."""
@@ -272,7 +273,7 @@ class Evolver:
             return
         rec["validation"] = validation.score(self.cfg, self.env_cls, policy, self.out, written["tasks"])
         self._save()
-        self.say(f"round {r}: validation success {rec['validation']['success']:.3f} on the agent's own tasks")
+        self.say(f"round {r}: validation success {rec['validation']['success']:.3f}")
 
     def _explore(self, r: int, rec: dict, folder: Path) -> list[ExplorationRecord]:
         from selfevolve.questioning.explore import load_explorations, save_explorations

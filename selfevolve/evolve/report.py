@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from selfevolve.evolve.validation import best_round
 
 MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
 MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
@@ -50,6 +49,13 @@ def curve(state: dict) -> list[tuple[str, float | None, int]]:
     return points
 
 
+def best_round(rounds: list[dict]) -> int | None:
+    """The round kept with ``evolve.keep=best`` (``evolve/validation.py``): the highest validation success, the
+    latest round on a tie; None when no round was scored."""
+    scored = [(r["validation"]["success"], r["round"]) for r in rounds if "success" in r.get("validation", {})]
+    return max(scored)[1] if scored else None
+
+
 def summary(state: dict) -> dict:
     """``final``: the held-out success of the policy the run keeps — the kept round's (``kept_round``, with
     ``evolve.keep=best``; ``evolve/validation.py``), else the last round's (``last``)."""
@@ -57,7 +63,8 @@ def summary(state: dict) -> dict:
     done = [r for r in state["rounds"] if "trained" in r.get("stages", [])]
     k = best_round(done)
     last = pts[-1][1] if pts else None
-    kept = {"kept_round": k, "kept": done[k]["eval"].get("eval/success")} if k is not None else {"kept_round": None}
+    by_round = {r["round"]: r for r in done}
+    kept = {"kept_round": k, "kept": by_round[k]["eval"].get("eval/success")} if k is not None else {"kept_round": None}
     return {"rounds": len(done), "start": pts[0][1] if pts and pts[0][0] == "start" else None,
             "final": kept["kept"] if k is not None else last, "last": last, **kept,
             "pool": pts[-1][2] if pts else 0, "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
@@ -90,9 +97,9 @@ def saw(state: dict) -> list[str]:
     val = state.get("validation", {})
     if val.get("tasks"):
         lo, hi = val["sandboxes"]
-        notes.append(f"- validation, to choose the round kept: {val['tasks']} tasks of {val['min_moves']}+ moves written "
-                     f"by the agent's hindsight from random explorations of training sandboxes {lo}–{hi} (no round "
-                     "explores them), never trained on;")
+        notes.append(f"- validation, to choose the round kept: {val['tasks']} hindsight tasks of {val['min_moves']}+ moves "
+                     f"from random-move explorations of training sandboxes {lo}–{hi} (none holds a map or room a "
+                     "round explores), never trained on;")
     updates = sum(r.get("train", {}).get("updates", 0) for r in rounds)
     rollouts = sum(r.get("train", {}).get("rollouts", 0) for r in rounds)
     if ev.get("rl", True):
@@ -121,7 +128,7 @@ def _pct(x) -> str:
 def markdown(state: dict) -> str:
     lines = [f"# selfevolve evolve: {state.get('env')}", "", "## What the run saw", "", *saw(state), "",
              "## Held-out success per round", "",
-             "| point | held-out success | validation success (own tasks) | pool tasks |", "|---|---:|---:|---:|"]
+             "| point | held-out success | validation success | pool tasks |", "|---|---:|---:|---:|"]
     scores = {f"round {r['round']}": r.get("validation", {}).get("success") for r in state["rounds"]}
     lines += [f"| {p} | {_pct(s)} | {_pct(scores.get(p))} | {n} |" for p, s, n in curve(state)]
     lines += ["", kept_line(state)]
@@ -166,7 +173,7 @@ def markdown(state: dict) -> str:
                                                if k.startswith("eval/")}))
         val = rec.get("validation")
         if val:
-            lines.append(f"- validation: success {val['success']:.3f} on {val['tasks']} of the agent's own tasks "
+            lines.append(f"- validation: success {val['success']:.3f} on {val['tasks']} tasks "
                          f"({val['seconds']} s)")
     return "\n".join(lines) + "\n"
 
@@ -176,9 +183,11 @@ def kept_line(state: dict) -> str:
     s, v = summary(state), state.get("validation", {})
     if s["kept_round"] is not None:
         k = s["kept_round"]
-        return (f"**Kept: round {k}**, the highest validation success on the agent's own tasks; held-out success "
+        return (f"**Kept: round {k}**, the highest validation success; held-out success "
                 f"{_pct(s['kept'])} (the last round: {_pct(s['last'])}); its policy: `round-{k}/train`.")
-    why = v.get("skipped") or ("`evolve.keep=last`" if not v else "no round scored yet")
+    keep = state.get("config", {}).get("evolve", {}).get("keep")
+    why = v.get("skipped") or ("`evolve.keep=last`" if keep == "last" else
+                               "no validation set: the run began before `evolve.keep`" if not v else "no round scored")
     return f"**Kept: the last round** ({why})."
 
 
