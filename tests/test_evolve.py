@@ -347,7 +347,7 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
                                        "evolve.rl_longest=0.5"]))
 
 
-def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keeps_the_best(tmp_path):
+def test_keep_best_scores_each_round_on_its_validation_tasks_and_keeps_the_best(tmp_path):
     """evolve.keep=best (the default): validation tasks written once from random explorations of sandboxes no
     round explores, each at least validation_min_moves long; every round scored on all of them; the summary, the
     command's line and the page keep the round with the highest score."""
@@ -381,6 +381,10 @@ def test_keep_best_scores_each_round_on_the_agents_own_validation_tasks_and_keep
     page = (out / "evolve.md").read_text()
     assert f"**Kept: round {k}**" in page and "validation, to choose the round kept" in page
     assert f"- validation: success {scores[1]:.3f} on " in page
+    # the folder overwritten by a run that keeps its last round: the old validation set goes with the old rounds
+    Evolver(load_config(overrides=[*EVOLVE, "evolve.rounds=1", "train.steps=1", "evolve.keep=last",
+                                   "train.overwrite=true", f"train.out_dir={out}"])).run()
+    assert not (out / "validation").exists() and not (out / "round-1").exists()
 
 
 def test_validation_tasks_are_written_by_the_template_whatever_evolve_writer_says(tmp_path):
@@ -429,6 +433,8 @@ def test_keep_last_writes_no_validation_and_a_tool_world_keeps_its_last_round(tm
 
     assert validation.build(load_config(overrides=[*TINY, "env.name=shop"]), ShopEnv, tmp_path) == \
         {"skipped": validation.NO_GAME}
+    with pytest.raises(ConfigError, match=r"eval\.seed_offset=100010 makes the validation sandboxes"):
+        Evolver(load_config(overrides=[*TINY, "eval.seed_offset=100010", f"train.out_dir={tmp_path / 'offset'}"]))
     with pytest.raises(ConfigError, match="reach the validation's"):
         Evolver(load_config(overrides=[*TINY, "evolve.rounds=100", "questioning.explorations=1001",
                                        f"train.out_dir={tmp_path / 'many'}"]))

@@ -97,9 +97,9 @@ def saw(state: dict) -> list[str]:
     val = state.get("validation", {})
     if val.get("tasks"):
         lo, hi = val["sandboxes"]
+        apart = " (none holds a map or room a round explores)" if "left_out" in val else ""
         notes.append(f"- validation, to choose the round kept: {val['tasks']} hindsight tasks of {val['min_moves']}+ moves "
-                     f"from random-move explorations of training sandboxes {lo}–{hi} (none holds a map or room a "
-                     "round explores), never trained on;")
+                     f"from random-move explorations of training sandboxes {lo}–{hi}{apart};")
     updates = sum(r.get("train", {}).get("updates", 0) for r in rounds)
     rollouts = sum(r.get("train", {}).get("rollouts", 0) for r in rounds)
     if ev.get("rl", True):

@@ -9,10 +9,13 @@ most of a validation set written the way the pool is, from training instances no
   moves (``hindsight.explore_randomly``: no model, so no round's policy shapes the set) on training sandboxes
   from :data:`FIRST_SANDBOX` on, beyond the ones the rounds explore (round ``r`` starts at
   ``r × questioning.explorations``). A sandbox holding the same map or room as one a round explores is left
-  out, so no validation task can also be a training task. Their hindsight tasks go through the template writer
+  out: in FrozenLake no validation task can then also be a training task (a relabelled map keeps every cell of
+  its map but G's); in Sokoban the rooms compared include their targets, which relabelling moves, so two rooms
+  differing only there could still give one task (none did among the default's 48 and 48 rooms). Their hindsight tasks go through the template writer
   (always: a model writing them would shape the set), the replay check and the filters, as the pool's do; those
   whose reference takes at least ``evolve.validation_min_moves`` moves are kept (the held-out maps take about
-  six; scored on every task, seed 5's round 0, at 1/64 held out, scored 26 % against 32 % for round 1, at 22/64);
+  six; a first version of the set, scored on every task, gave seed 5's round 0, at 1/64 held out, 26 % against
+  32 % for round 1, at 22/64);
 - **scored** after each round's training (:func:`score`): greedy success on every distinct validation task;
 - **kept** (``report.best_round``): the highest score, the latest round on a tie. The rounds still train on from the
   latest policy: a round scored lower is not undone, only not kept.
@@ -39,10 +42,16 @@ NO_GAME = "tool worlds have no random explorer (games only), so the run keeps it
 
 def check(cfg) -> None:
     """The rounds' exploration sandboxes must stay below the validation's."""
+    if cfg.evolve.keep != "best":
+        return
     used = cfg.evolve.rounds * cfg.questioning.explorations
-    if cfg.evolve.keep == "best" and used > FIRST_SANDBOX:
+    if used > FIRST_SANDBOX:
         raise ConfigError(f"evolve.rounds x questioning.explorations = {used} exploration sandboxes reach the "
                           f"validation's, which start at {FIRST_SANDBOX}; lower them or set evolve.keep=last")
+    last = FIRST_SANDBOX + cfg.evolve.validation_explorations
+    if cfg.eval.seed_offset <= last:  # the filters would drop every validation task as held out
+        raise ConfigError(f"eval.seed_offset={cfg.eval.seed_offset} makes the validation sandboxes {FIRST_SANDBOX}-"
+                          f"{last - 1} held-out seeds; raise it above {last} or set evolve.keep=last")
 
 
 def build(cfg, env_cls, out: Path) -> dict:
