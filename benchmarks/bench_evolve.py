@@ -18,8 +18,8 @@ The untrained model (arm i) and today's default recipe on the original tasks (ar
     python benchmarks/bench_evolve.py --env sokoban --seeds 0 --arms evolve --extra eval.episodes=32
 
 Writes ``OUT/ENV/ARM/seed-N/`` (the evolve runs), ``OUT/summary-ENV.json`` and prints a markdown table and a
-final SUMMARY line: per arm, held-out greedy success of the kept round per seed (the last one with evolve.keep=last), mean ± std, the change
-against the baseline's mean gain, wall minutes and rollouts.
+final SUMMARY line: per arm, held-out greedy success of the kept round per seed (the last one with
+evolve.keep=last), mean ± std, the change against the baseline's mean gain, wall minutes and rollouts.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
 
 ARMS = {
     "evolve": [],

@@ -1,10 +1,12 @@
 """Would ``evolve.keep=best`` have kept the best round of finished ``selfevolve evolve`` runs?
 
-For each run folder: write the run's validation set with the committed ``evolve/validation.py`` (``validation.build``
-with the run's own settings and seed, from ``round-0/train/config.yaml``, into ``OUT/RUN_NAME``), score every round's saved adapter on it (``validation.score``), and
-set the kept round beside each round's held-out success from the run's ``evolve.json``. Training is not rerun:
-the validation set and its scores do not depend on anything a round does, so this is what the loop itself would
-have kept. Runs made with ``evolve.keep=best`` already hold their scores; this is for runs made before it.
+For each run folder: write the run's validation set with the committed ``evolve/validation.py``
+(``validation.build`` with the run's own settings and seed, from ``round-0/train/config.yaml``, into
+``OUT/RUN_NAME``: give runs distinct folder names), score every round's saved adapter on it
+(``validation.score``), and set the kept round beside each round's held-out success from the run's
+``evolve.json``. Training is not rerun: the validation set and its scores do not depend on anything a round does,
+so this is what the loop itself would have kept. Runs made with ``evolve.keep=best`` already hold their scores;
+this is for runs made before it.
 
     python benchmarks/bench_keep_best.py --runs runs/evolve-s3 runs/evolve-s4 --out runs/keep-best
 
@@ -39,7 +41,8 @@ def score_run(run: Path, out: Path) -> dict:
     rounds = []
     for rec in state["rounds"]:
         r = rec["round"]
-        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"init_from": str(run / f"round-{r}" / "train")})})
+        adapter = str(run / f"round-{r}" / "train")
+        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"init_from": adapter})})
         policy = build_policy(c)
         load_init_adapter(c, policy)
         rounds.append({"round": r, "validation": validation.score(c, env_cls, policy, out, written["tasks"]),
@@ -59,7 +62,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     results = [score_run(run, args.out / run.name) for run in args.runs]
-    print("\n| seed | validation per round | held out per round | kept round | kept | last |\n|---|---|---|---|---|---|")
+    print("\n| seed | validation per round | held out per round | kept round | kept | last |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         val = " / ".join(f"{x['validation']['success']:.3f}" for x in r["rounds"])
         held = " / ".join(f"{x['held_out']:.3f}" for x in r["rounds"])

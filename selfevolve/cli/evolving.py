@@ -61,6 +61,7 @@ def evolve(args: list[str] = typer.Argument(None, metavar="[FILE.yaml] [KEY=VALU
 
     cfg, summary = with_config(args, run)
     curve = " → ".join(f"{p['success']:.3f}" for p in summary["curve"] if p["success"] is not None)
-    kept = "" if summary.get("kept_round") is None else f" · kept round {summary['kept_round']} ({summary['kept']:.3f})"
+    k = summary.get("kept_round")
+    kept = "" if k is None else f" · kept round {k} ({summary['kept']:.3f})"
     out.print(f"done: {summary['rounds']} rounds in {cfg.train.out_dir} · held-out success {curve}{kept} · pool "
               f"{summary['pool']} tasks · {Path(cfg.train.out_dir) / 'evolve.md'}", highlight=False, soft_wrap=True)

@@ -160,9 +160,9 @@ class EvolveConfig(_Section):
     keep: Literal["best", "last"] = Field(
         "best", description="The round whose policy the run keeps: best (the highest greedy success on a validation "
         "set of hindsight tasks written, by the template writer, from random-move explorations of training sandboxes "
-        "that hold no map or room a round explores (targets included, in Sokoban); the latest round on a tie) or last. The test split is for "
-        "evaluation only, so it never chooses. Games only; a tool world keeps its last round (docs/evolve.md, "
-        "'Keeping the best round').")
+        "that hold no map or room a round explores (targets included, in Sokoban); the latest round on a tie) or "
+        "last. The test split is for evaluation only, so it never chooses. Games only; a tool world keeps its last "
+        "round (docs/evolve.md, 'Keeping the best round').")
     validation_explorations: int = Field(48, ge=1, description="keep=best: random-move explorations that write the "
                                          "validation tasks (no model asked).")
     validation_min_moves: int = Field(4, ge=1, description="keep=best: a validation task's reference takes at least "

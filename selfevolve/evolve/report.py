@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
 MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
          "imitation/ratio", "imitation/clipped", "pool/p_mean", "pool/drawn_from")
@@ -64,7 +63,8 @@ def summary(state: dict) -> dict:
     k = best_round(done)
     last = pts[-1][1] if pts else None
     by_round = {r["round"]: r for r in done}
-    kept = {"kept_round": k, "kept": by_round[k]["eval"].get("eval/success")} if k is not None else {"kept_round": None}
+    kept = {"kept_round": k, "kept": by_round[k]["eval"].get("eval/success")} if k is not None else \
+        {"kept_round": None}
     return {"rounds": len(done), "start": pts[0][1] if pts and pts[0][0] == "start" else None,
             "final": kept["kept"] if k is not None else last, "last": last, **kept,
             "pool": pts[-1][2] if pts else 0, "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
@@ -98,8 +98,8 @@ def saw(state: dict) -> list[str]:
     if val.get("tasks"):
         lo, hi = val["sandboxes"]
         apart = " (none holds a map or room a round explores)" if "left_out" in val else ""
-        notes.append(f"- validation, to choose the round kept: {val['tasks']} hindsight tasks of {val['min_moves']}+ moves "
-                     f"from random-move explorations of training sandboxes {lo}–{hi}{apart};")
+        notes.append(f"- validation, to choose the round kept: {val['tasks']} hindsight tasks of {val['min_moves']}+ "
+                     f"moves from random-move explorations of training sandboxes {lo}–{hi}{apart};")
     updates = sum(r.get("train", {}).get("updates", 0) for r in rounds)
     rollouts = sum(r.get("train", {}).get("rollouts", 0) for r in rounds)
     if ev.get("rl", True):

@@ -11,14 +11,14 @@ most of a validation set written the way the pool is, from training instances no
   ``r × questioning.explorations``). A sandbox holding the same map or room as one a round explores is left
   out: in FrozenLake no validation task can then also be a training task (a relabelled map keeps every cell of
   its map but G's); in Sokoban the rooms compared include their targets, which relabelling moves, so two rooms
-  differing only there could still give one task (none did among the default's 48 and 48 rooms). Their hindsight tasks go through the template writer
-  (always: a model writing them would shape the set), the replay check and the filters, as the pool's do; those
-  whose reference takes at least ``evolve.validation_min_moves`` moves are kept (the held-out maps take about
-  six; a first version of the set, scored on every task, gave seed 5's round 0, at 1/64 held out, 26 % against
-  32 % for round 1, at 22/64);
+  differing only there could still give one task (none did among the default's 48 and 48 rooms). Their
+  hindsight tasks go through the template writer (always: a model writing them would shape the set), the
+  replay check and the filters, as the pool's do; those whose reference takes at least
+  ``evolve.validation_min_moves`` moves are kept (the held-out maps take about six; a first version of the
+  set, scored on every task, gave seed 5's round 0, at 1/64 held out, 26 % against 32 % for round 1, at 22/64);
 - **scored** after each round's training (:func:`score`): greedy success on every distinct validation task;
-- **kept** (``report.best_round``): the highest score, the latest round on a tie. The rounds still train on from the
-  latest policy: a round scored lower is not undone, only not kept.
+- **kept** (``report.best_round``): the highest score, the latest round on a tie. The rounds still train on from
+  the latest policy: a round scored lower is not undone, only not kept.
 
 Tool worlds have no random explorer (their calls take arguments), so there the run keeps its last round and
 says so. Measured in docs/evolve.md, 'Keeping the best round'.
