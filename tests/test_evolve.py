@@ -109,6 +109,26 @@ def test_hindsight_goal_relabelling_moves_g_onto_each_reached_cell(tmp_path):
     assert env.reset(0).startswith("Request: Walk from your start to row 1, column 2") and "marked T" in env.instructions
 
 
+def test_shortest_references_leave_the_explorers_detours_out(tmp_path):
+    # evolve.references=shortest: the same reached cells, each reference the shortest path a breadth-first search
+    # over replays finds. By hand on SEED0: the walk goes Right, Right, Down, then back Left onto (1, 1), which
+    # Right, Down reaches in two; every later cell inherits the detour of two moves. (1, 2) ties (Right, Right,
+    # Down or Right, Down, Right): the explorer's own moves stay.
+    detour = ["Right", "Right", "Down", "Left", "Down", "Down", "Right", "Right"]  # ends on G at the 8th move
+    explored, _ = write_tasks(load_config(overrides=TINY), FrozenLakeEnv, [walked(moves=detour)], None, set(), [],
+                              tmp_path, TaskPool.key)
+    assert [(tuple(t.goal["target"]), len(t.solution)) for t, _, _ in explored] == [
+        ((0, 1), 1), ((0, 2), 2), ((1, 2), 3), ((1, 1), 4), ((2, 1), 5), ((3, 1), 6), ((3, 2), 7), ((3, 3), 8)]
+    cfg = load_config(overrides=TINY + ["evolve.references=shortest"])
+    kept, report = write_tasks(cfg, FrozenLakeEnv, [walked(moves=detour)], None, set(), [], tmp_path, TaskPool.key)
+    r, d = "Right", "Down"
+    assert [(tuple(t.goal["target"]), t.solution) for t, _, _ in kept] == [
+        ((0, 1), [r]), ((0, 2), [r, r]), ((1, 2), [r, r, d]), ((1, 1), [r, d]), ((2, 1), [r, d, d]),
+        ((3, 1), [r, d, d, d]), ((3, 2), [r, d, d, d, r]), ((3, 3), [r, d, d, d, r, r])]
+    assert report["kept"] == 8 and not any(report["removed"].values())  # every shortened reference replays
+    assert [t.goal["map"] for t, _, _ in kept] == [t.goal["map"] for t, _, _ in explored]  # the same tasks
+
+
 def test_a_task_whose_reference_fails_is_dropped():
     world = FrozenLakeEnv(split="train")
     good = FROZENLAKE_GAME.template(walked(), world)

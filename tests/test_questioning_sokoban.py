@@ -221,6 +221,24 @@ def test_template_writer_and_the_filters_keep_every_task_of_an_exploration():
     assert check0([(0, tasks[-1])])[0][0].goal["boxes"] == [[2, 4]]
 
 
+def test_shortest_references_replace_the_explorers_detours():
+    # evolve.references=shortest, by hand on SEED0: the exploration goes Left, Up and three Rights round the box
+    # before pushing it Left onto O; Up, Right, Right, Up, Left (SOLVE0) does it in five. Ties keep the explorer's
+    # moves (row 4, column 2: Left, Up against Up, Left).
+    env, _ = explore0(["Left", "Up", "Right", "Right", "Right", "Up", "Left"])
+    record = ExplorationRecord(0, env.log)
+    moves = [(t["query"], [c["name"] for c in t["action_sequence"]])
+             for t in template_tasks(record, SokobanEnv(), shortest=True)]
+    assert moves == [("Walk to row 5, column 2.", ["Left"]), ("Walk to row 4, column 2.", ["Left", "Up"]),
+                     ("Walk to row 4, column 3.", ["Up"]), ("Walk to row 4, column 4.", ["Up", "Right"]),
+                     ("Walk to row 4, column 5.", ["Up", "Right", "Right"]),
+                     ("Walk to row 3, column 5.", ["Up", "Right", "Right", "Up"]),
+                     ("Walk to row 3, column 4.", SOLVE0), ("Push the box onto the target.", SOLVE0)]
+    assert len(template_tasks(record, SokobanEnv())[-1]["action_sequence"]) == 7  # the explored reference
+    kept, counts = check0([(0, t) for t in template_tasks(record, SokobanEnv(), relabel=True, shortest=True)])
+    assert sum(counts.values()) == 0 and [k.solution for k in kept] == [SOLVE0]
+
+
 def test_hindsight_goal_relabelling_moves_the_target_onto_the_box():
     # evolve.hindsight=goal: only the box's places become tasks, each the ordinary game of the room with its target
     # moved onto the box's new cell (by hand: Up, Up, Right pushes the box from row 3, column 4 to column 5)

@@ -112,6 +112,12 @@ class EvolveConfig(_Section):
         "(hindsight goal relabelling: the reached cell becomes the map's goal G, the box's new place the room's "
         "target, so each task is the ordinary game of a relabelled instance, the form of the held-out test) or "
         "cell ('walk to row R, column C', 'push the box to ...', the cell marked T on the board).")
+    references: Literal["explored", "shortest"] = Field(
+        "explored", description="A game's hindsight task's reference (what cloning imitates, what bc_longest and "
+        "rl_longest rank by length): explored (the explorer's own moves to the state, loops erased) or shortest "
+        "(the shortest move sequence to the same state that a breadth-first search over replays of the sandbox "
+        "finds, when shorter: the explorer's detours left out; docs/evolve.md, 'Shortest references'). Tool "
+        "worlds keep their explored calls.")
     explore_constrained: bool = Field(True, description="Games: mask the explorer's answers to the game's moves "
                                       "(one move an answer), so that an untrained model explores at all.")
     explorer: Literal["policy", "random"] = Field(

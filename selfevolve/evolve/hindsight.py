@@ -15,6 +15,8 @@ ones whose reference replays.
 - **hindsight tasks** (:func:`write_tasks`): every state an exploration reached (a game: a cell stood on, a box
   pushed somewhere, a room solved), or value a call returned (a tool world: a look-up's field, a change's
   result), becomes a candidate; its reference is the loop-erased path that reached it (``grid.erased_walks``).
+  With ``evolve.references=shortest`` a game's reference is instead the shortest move sequence to the same
+  state that a breadth-first search over replays finds (``grid.shortest_walks``), when shorter.
   The template writer phrases it (``evolve.writer=template``, the default); ``llm`` asks the LLM writer
   (``questioning.llm``, with ``questioning.constrained``), ``both`` asks both. Each task records its writer.
 - **verification and filters**: today's filters in order (duplicate, empty reference, held out, execution:
@@ -155,7 +157,8 @@ def write_tasks(cfg, env_cls, records: list[ExplorationRecord], policy, pool_key
     for writer in writers:
         if writer == "template":
             found = [(r.seed, t) for r in useful for t in
-                     (exploration.game.template(r, world, relabel=ev.hindsight == "goal") if exploration is not None
+                     (exploration.game.template(r, world, relabel=ev.hindsight == "goal",
+                                                  shortest=ev.references == "shortest") if exploration is not None
                       else _tool_template(r, env_cls))]
         else:
             found, bad = _llm_write(cfg, env_cls, exploration, options, world, useful, policy, log_dir)

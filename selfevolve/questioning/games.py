@@ -150,8 +150,9 @@ class FrozenLakeGame(GridGame):
             desc = relabel_goal(desc, target)
         return target_task(task_id, seed, desc, target, moves, query)
 
-    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
-        return template_tasks(record, lake(world, record.seed), relabel=relabel)
+    def template(self, record: ExplorationRecord, world, relabel: bool = False,
+                 shortest: bool = False) -> list[dict[str, Any]]:
+        return template_tasks(record, lake(world, record.seed), relabel=relabel, world=world if shortest else None)
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         return {"cells_reached": sum(len(reached(r)) for r in records),
@@ -168,21 +169,25 @@ class GameExploration(GridExploration):
     game = FROZENLAKE_GAME
 
 
-def reached(record: ExplorationRecord, start: tuple[int, int] = (0, 0)) -> list[tuple[tuple[int, int], list[str]]]:
+def reached(record: ExplorationRecord, start: tuple[int, int] = (0, 0),
+            world: FrozenLakeEnv | None = None) -> list[tuple[tuple[int, int], list[str]]]:
     """Every cell an exploration stood on (its start and holes left out), in order of first arrival, with the
-    moves that got there first, loops erased (:func:`grid.erased_walks`; a bump into the edge is a loop)."""
-    return grid.walks(FROZENLAKE_GAME, record, start)
+    moves that got there first, loops erased (:func:`grid.erased_walks`; a bump into the edge is a loop); with
+    ``world``, the shortest moves there instead when shorter (:func:`grid.shortest_walks`)."""
+    return grid.walks(FROZENLAKE_GAME, record, start, world)
 
 
-def template_tasks(record: ExplorationRecord, desc: list[str], relabel: bool = False) -> list[dict[str, Any]]:
+def template_tasks(record: ExplorationRecord, desc: list[str], relabel: bool = False,
+                   world: FrozenLakeEnv | None = None) -> list[dict[str, Any]]:
     """``questioning.writer=template`` for FrozenLake: each safe cell the exploration reached becomes "Walk from
     your start to row r, column c without falling into a hole" (the goal G: "to the goal G"), its reference the
     loop-erased moves of :func:`reached`. With ``relabel`` (``evolve.hindsight=goal``) every such cell becomes
     the goal G instead: "Walk from your start to the goal G without falling into a hole", ``"aim"`` the cell,
-    the map's G moved onto it when the task is made (:meth:`FrozenLakeGame.make_task`). Deterministic; no model
-    involved."""
+    the map's G moved onto it when the task is made (:meth:`FrozenLakeGame.make_task`). With ``world`` (the
+    game of the exploration's sandbox; ``evolve.references=shortest``) each reference is the shortest one
+    replays find (:func:`grid.shortest_walks`). Deterministic; no model involved."""
     out = []
-    for (r, c), moves in reached(record):
+    for (r, c), moves in reached(record, world=world):
         where = "the goal G" if relabel or desc[r][c] == "G" else cell_text(r, c)
         task = {"query": f"Walk from your start to {where} without falling into a hole.", "confidence": 1.0,
                 "action_sequence": [{"name": m, "arguments": {}} for m in moves]}

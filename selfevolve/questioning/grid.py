@@ -10,7 +10,9 @@ game's pieces (:class:`GridGame`) and the exploration; the writers, the filters 
   ``breadth_steps`` turns the hint names the moves not tried yet from the current cell (when all were, those
   not used anywhere yet); depth afterwards (the game's hint). When the game ends, so does the exploration.
   What an exploration reached, with the moves that got there first, loops erased: :func:`erased_walks` (the
-  template writer's tasks, evolve's hindsight tasks).
+  template writer's tasks, evolve's hindsight tasks); with ``evolve.references=shortest`` each of those is
+  replaced by the shortest move sequence to the same state that a breadth-first search over replays of the
+  sandbox finds (:func:`shortest_walks`).
 """
 
 from __future__ import annotations
@@ -97,10 +99,12 @@ class GridGame(ABC):
         """The ``Task`` of a kept candidate, from its execution's goal."""
 
     @abstractmethod
-    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
+    def template(self, record: ExplorationRecord, world, relabel: bool = False,
+                 shortest: bool = False) -> list[dict[str, Any]]:
         """The template writer's candidates from one exploration (``questioning.writer=template``). ``relabel``
         (``evolve.hindsight=goal``): each reached state becomes the instance's own goal (hindsight goal
-        relabelling), a candidate's ``"aim"`` the state (JSON) that :meth:`aim` reads back."""
+        relabelling), a candidate's ``"aim"`` the state (JSON) that :meth:`aim` reads back. ``shortest``
+        (``evolve.references=shortest``): each reference is :func:`shortest_walks`'s."""
 
     def aim(self, value) -> Any:
         """A relabelled candidate's ``"aim"`` as :meth:`named_goal` would give it. Default: a cell."""
@@ -224,9 +228,44 @@ def erased_walks(steps: Iterable[tuple[str, Hashable, bool]], start: Hashable) -
     return out
 
 
-def walks(game: GridGame, record: ExplorationRecord, start: Hashable) -> list[tuple[Hashable, list[str]]]:
-    """:func:`erased_walks` of one exploration."""
-    return erased_walks((s for turn in record.turns for s in game.logged_states(turn)), start)
+def walks(game: GridGame, record: ExplorationRecord, start: Hashable, world=None) -> list[tuple[Hashable, list[str]]]:
+    """:func:`erased_walks` of one exploration; with ``world`` (the sandbox's game), :func:`shortest_walks` of
+    them."""
+    found = erased_walks((s for turn in record.turns for s in game.logged_states(turn)), start)
+    return found if world is None else shortest_walks(game, world, record.seed, found)
+
+
+def shortest_walks(game: GridGame, world, seed: int,
+                   found: list[tuple[Hashable, list[str]]]) -> list[tuple[Hashable, list[str]]]:
+    """``found`` (:func:`walks`) with each reference replaced by a shortest move sequence to the same state
+    (``game.state``) when one is strictly shorter; the explorer's own moves are kept on a tie. The search is
+    breadth first over replays of the sandbox's ordinary game (a fresh ``world.reset(seed)`` and the prefix
+    replayed for every move tried; a state where the game ends is not expanded), to depth one below the longest
+    reference: the environment itself finds the shorter path, no map is read. Why: a loop-erased walk still
+    keeps the explorer's detours (in the first FrozenLake pools, 6-18 of the 25-35 references of four moves or
+    more were longer than the shortest safe path), and imitating a detour teaches moves the board does not call
+    for."""
+    depth = max((len(m) for _, m in found), default=0) - 1
+    world.reset(seed)
+    best: dict[Hashable, list[str]] = {game.state(world): []}
+    frontier: list[list[str]] = [[]]
+    for _ in range(max(depth, 0)):
+        grown: list[list[str]] = []
+        for prefix in frontier:
+            for move in world.moves:
+                world.reset(seed)
+                for m in prefix:
+                    world.step(m)
+                world.step(move)
+                state = game.state(world)
+                if state in best:
+                    continue
+                best[state] = prefix + [move]
+                if not world.done:
+                    grown.append(prefix + [move])
+        frontier = grown
+    return [(state, best[state] if state in best and len(best[state]) < len(moves) else moves)
+            for state, moves in found]
 
 
 def board_shape(world) -> tuple[int, int]:

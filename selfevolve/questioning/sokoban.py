@@ -176,8 +176,9 @@ class SokobanGame(GridGame):
         """A relabelled candidate's aim, ``["box", [r, c]]``: a box pushed onto that cell."""
         return (value[0], tuple(value[1]))
 
-    def template(self, record: ExplorationRecord, world, relabel: bool = False) -> list[dict[str, Any]]:
-        return template_tasks(record, world, relabel=relabel)
+    def template(self, record: ExplorationRecord, world, relabel: bool = False,
+                 shortest: bool = False) -> list[dict[str, Any]]:
+        return template_tasks(record, world, relabel=relabel, shortest=shortest)
 
     def report(self, records: list[ExplorationRecord], world) -> dict[str, Any]:
         """``cells_reached``: cells stood on other than the start; ``box_positions``: places of the boxes other
@@ -210,20 +211,23 @@ class SokobanExploration(GridExploration):
     game = SOKOBAN_GAME
 
 
-def template_tasks(record: ExplorationRecord, world: SokobanEnv, relabel: bool = False) -> list[dict[str, Any]]:
+def template_tasks(record: ExplorationRecord, world: SokobanEnv, relabel: bool = False,
+                   shortest: bool = False) -> list[dict[str, Any]]:
     """``questioning.writer=template`` for Sokoban: each cell the exploration first stood on becomes "Walk to row
     r, column c.", each new place of the box "Push the box to row r, column c." (a box that moved, when several
     did: the one named), or "Push the box onto the target." when every box is on one; the reference is the
     loop-erased moves to that state (:func:`grid.erased_walks` over (your cell, the boxes) states). With
     ``relabel`` (``evolve.hindsight=goal``) only the box's places become tasks, each "Push the box onto the
     target." with ``"aim"`` the box's new cell: the room's targets move onto the boxes when the task is made
-    (:meth:`SokobanGame.make_task`), so it is the ordinary game of a relabelled room. Deterministic; no model
-    involved."""
+    (:meth:`SokobanGame.make_task`), so it is the ordinary game of a relabelled room. With ``shortest``
+    (``evolve.references=shortest``) each reference is the shortest one replays find (:func:`grid.shortest_walks`).
+    Deterministic; no model involved."""
     world.reset(record.seed)
     start_player, start_boxes = world.player, frozenset(world.boxes)
     targets, several = frozenset(world.targets), len(world.boxes) > 1
     cells, places, out = {start_player}, {start_boxes}, []
-    for (player, boxes), moves in grid.walks(SOKOBAN_GAME, record, (start_player, start_boxes)):
+    found = grid.walks(SOKOBAN_GAME, record, (start_player, start_boxes), world if shortest else None)
+    for (player, boxes), moves in found:
         steps = [{"name": m, "arguments": {}} for m in moves]
         if player not in cells and not relabel:
             cells.add(player)
