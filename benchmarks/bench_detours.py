@@ -5,7 +5,9 @@ template writer twice, as the run's configuration writes (``evolve.hindsight``):
 loops erased (``evolve.references=explored``), and with the shortest moves to the same state a breadth-first
 search over replays finds (``evolve.references=shortest``, ``questioning/grid.py``). Per round it prints the
 references written, how many are longer than the shortest (detoured) and by how many moves in all, and the same
-among the longest third (``evolve.bc_longest``'s rule, ``TaskPool.longest``: what behaviour cloning imitates).
+among the longest third of that round's references (``evolve.bc_longest``'s cut, ``TaskPool.longest``'s rule: in
+round 0 what behaviour cloning imitates, up to the filters; later rounds' cloning ranks the whole pool of every
+round, here each round is ranked alone). The template writer is used whatever ``evolve.writer`` the run had.
 
     python benchmarks/bench_detours.py --runs runs/evolve-s0 runs/evolve-s1 --held-out 22 22
 
@@ -72,7 +74,8 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     rx, ry = ranks(xs), ranks(ys)
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    spread = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / spread if spread else math.nan  # nan: one side is constant, no ranking to correlate
 
 
 def main() -> None:

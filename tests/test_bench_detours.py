@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,7 @@ def test_spearman_by_hand():
     assert bench.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
     # ranks 1, 2, 3 against 2, 1, 3: 1 - 6 * (1 + 1 + 0) / (3 * 8) = 0.5
     assert bench.spearman([1, 2, 3], [5, 4, 6]) == pytest.approx(0.5)
+    assert math.isnan(bench.spearman([1, 2, 3], [0, 0, 0]))  # every run kept the same: no correlation to give
 
 
 def test_the_command_prints_a_table_and_a_summary(tmp_path):

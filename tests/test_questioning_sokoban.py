@@ -15,6 +15,7 @@ from selfevolve.envs.holdout import bucket
 from selfevolve.envs.profile import EnvProfile
 from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError
+from selfevolve.questioning import grid
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.questioning.grid import BREADTH_HINT
 from selfevolve.questioning.grid_tasks import EXAMPLE_QUERY, WRITER_EXAMPLE, check, writer_messages
@@ -223,8 +224,9 @@ def test_template_writer_and_the_filters_keep_every_task_of_an_exploration():
 
 def test_shortest_references_replace_the_explorers_detours():
     # evolve.references=shortest, by hand on SEED0: the exploration goes Left, Up and three Rights round the box
-    # before pushing it Left onto O; Up, Right, Right, Up, Left (SOLVE0) does it in five. Ties keep the explorer's
-    # moves (row 4, column 2: Left, Up against Up, Left).
+    # before pushing it Left onto O; Up, Right, Right, Up, Left (SOLVE0) does it in five. A walk asks only for
+    # your cell: row 3, column 4 (the box's cell) is reached in three by pushing the box right. Ties keep the
+    # explorer's moves (row 4, column 2: Left, Up against Up, Left).
     env, _ = explore0(["Left", "Up", "Right", "Right", "Right", "Up", "Left"])
     record = ExplorationRecord(0, env.log)
     moves = [(t["query"], [c["name"] for c in t["action_sequence"]])
@@ -233,10 +235,25 @@ def test_shortest_references_replace_the_explorers_detours():
                      ("Walk to row 4, column 3.", ["Up"]), ("Walk to row 4, column 4.", ["Up", "Right"]),
                      ("Walk to row 4, column 5.", ["Up", "Right", "Right"]),
                      ("Walk to row 3, column 5.", ["Up", "Right", "Right", "Up"]),
-                     ("Walk to row 3, column 4.", SOLVE0), ("Push the box onto the target.", SOLVE0)]
+                     ("Walk to row 3, column 4.", ["Up", "Up", "Right"]),  # your cell only: push the box right
+                     ("Push the box onto the target.", SOLVE0)]
     assert len(template_tasks(record, SokobanEnv())[-1]["action_sequence"]) == 7  # the explored reference
     kept, counts = check0([(0, t) for t in template_tasks(record, SokobanEnv(), relabel=True, shortest=True)])
     assert sum(counts.values()) == 0 and [k.solution for k in kept] == [SOLVE0]
+    # a walk is shortened to your cell alone, a push to the boxes alone: this exploration first stands on row 4,
+    # column 3 after pushing the box right and coming back Down; the shortest way to that whole state (your cell
+    # and the box moved: Up, Up, Right, Down, Left) would pass the cell at its first move, so the walk's reference
+    # is that first move, Up (found by search, review of 2026-11-29)
+    env, _ = explore0(["Left", "Up", "Up", "Right", "Right", "Left", "Down", "Left"])
+    record = ExplorationRecord(0, env.log)
+    found = grid.walks(SOKOBAN_GAME, record, ((4, 2), frozenset({(2, 3)})))
+    whole = dict(grid.shortest_walks(SOKOBAN_GAME, SokobanEnv(), 0, found))
+    assert whole[((3, 2), frozenset({(2, 4)}))] == ["Up", "Up", "Right", "Down", "Left"]
+    moves = {t["query"]: [c["name"] for c in t["action_sequence"]]
+             for t in template_tasks(record, SokobanEnv(), shortest=True)}
+    assert moves["Walk to row 4, column 3."] == ["Up"]  # explored: Left, Up, Up, Right, Right, Left, Down
+    assert moves["Push the box to row 3, column 5."] == ["Up", "Up", "Right"]
+    assert moves["Walk to row 3, column 3."] == ["Up", "Up"]
 
 
 def test_hindsight_goal_relabelling_moves_the_target_onto_the_box():

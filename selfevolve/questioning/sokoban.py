@@ -220,18 +220,25 @@ def template_tasks(record: ExplorationRecord, world: SokobanEnv, relabel: bool =
     ``relabel`` (``evolve.hindsight=goal``) only the box's places become tasks, each "Push the box onto the
     target." with ``"aim"`` the box's new cell: the room's targets move onto the boxes when the task is made
     (:meth:`SokobanGame.make_task`), so it is the ordinary game of a relabelled room. With ``shortest``
-    (``evolve.references=shortest``) each reference is the shortest one replays find (:func:`grid.shortest_walks`).
-    Deterministic; no model involved."""
+    (``evolve.references=shortest``) each reference is the shortest one replays find to what its task asks
+    (:func:`grid.shortest_walks`): your cell for a walk, the boxes for a push. Deterministic; no model involved."""
     world.reset(record.seed)
     start_player, start_boxes = world.player, frozenset(world.boxes)
     targets, several = frozenset(world.targets), len(world.boxes) > 1
     cells, places, out = {start_player}, {start_boxes}, []
-    found = grid.walks(SOKOBAN_GAME, record, (start_player, start_boxes), world if shortest else None)
-    for (player, boxes), moves in found:
-        steps = [{"name": m, "arguments": {}} for m in moves]
+    found = grid.walks(SOKOBAN_GAME, record, (start_player, start_boxes))
+    # a walk asks only for your cell, a push only for the boxes: each is shortened to its own aim, so that no
+    # shorter prefix of its reference already meets the task (grid.shortest_walks)
+    walk_refs, push_refs = [m for _, m in found], [m for _, m in found]
+    if shortest:
+        walk_refs = [m for _, m in grid.shortest_walks(SOKOBAN_GAME, world, record.seed, found, lambda s: s[0])]
+        push_refs = [m for _, m in grid.shortest_walks(SOKOBAN_GAME, world, record.seed, found, lambda s: s[1])]
+    for ((player, boxes), _), walk_moves, push_moves in zip(found, walk_refs, push_refs):
         if player not in cells and not relabel:
             cells.add(player)
-            out.append({"query": f"Walk to {cell_text(*player)}.", "confidence": 1.0, "action_sequence": steps})
+            out.append({"query": f"Walk to {cell_text(*player)}.", "confidence": 1.0,
+                        "action_sequence": [{"name": m, "arguments": {}} for m in walk_moves]})
+        steps = [{"name": m, "arguments": {}} for m in push_moves]
         if boxes not in places:
             places.add(boxes)
             if relabel:
