@@ -27,15 +27,8 @@ from selfevolve import load_config
 from selfevolve.build import resolve_env
 from selfevolve.envs import make_env
 from selfevolve.evolve.hindsight import game_of, train_options
+from selfevolve.evolve.pool import longest_share
 from selfevolve.questioning.explore import load_explorations
-
-
-def longest(lengths: list[int], share: float) -> list[int]:
-    """``TaskPool.longest``'s indexes on bare lengths: the share, longest first, ties at the cut kept."""
-    if not lengths:
-        return []
-    cut = sorted(lengths, reverse=True)[max(1, math.ceil(share * len(lengths))) - 1]
-    return [i for i, n in enumerate(lengths) if n >= cut]
 
 
 def round_counts(cfg, env_cls, explorations: Path) -> dict[str, int]:
@@ -48,7 +41,7 @@ def round_counts(cfg, env_cls, explorations: Path) -> dict[str, int]:
             continue
         explored += [len(t["action_sequence"]) for t in game.template(record, world, relabel=relabel)]
         shortest += [len(t["action_sequence"]) for t in game.template(record, world, relabel=relabel, shortest=True)]
-    top = longest(explored, cfg.evolve.bc_longest)
+    top = longest_share(explored, cfg.evolve.bc_longest)  # TaskPool.longest's rule
     return {"references": len(explored), "detoured": sum(a > b for a, b in zip(explored, shortest)),
             "extra_moves": sum(explored) - sum(shortest), "longest": len(top),
             "longest_detoured": sum(explored[i] > shortest[i] for i in top),

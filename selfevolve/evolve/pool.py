@@ -48,6 +48,15 @@ class Entry:
                 "exploration": self.exploration, "attempts": self.attempts, "successes": self.successes}
 
 
+def longest_share(lengths: list[int], share: float) -> list[int]:
+    """Indexes of the longest ``lengths``: the ``share`` of them, longest first, and every one as long as the last
+    one taken (a tie is never split by order)."""
+    if not lengths:
+        return []
+    cut = sorted(lengths, reverse=True)[max(1, math.ceil(share * len(lengths))) - 1]
+    return [i for i, n in enumerate(lengths) if n >= cut]
+
+
 class TaskPool:
     """The pool's tasks in order, their content keys (a task already in the pool is a duplicate) and the draw."""
 
@@ -94,14 +103,8 @@ class TaskPool:
         return out
 
     def longest(self, share: float) -> list[int]:
-        """Indexes of the pool's tasks with the longest references: the ``share`` of the pool, longest first,
-        and every task as long as the last one taken (a tie is never split by pool order)."""
-        if not self.entries:
-            return []
-        lengths = [len(e.task.solution or []) for e in self.entries]
-        k = max(1, math.ceil(share * len(lengths)))
-        cut = sorted(lengths, reverse=True)[k - 1]
-        return [i for i, n in enumerate(lengths) if n >= cut]
+        """Indexes of the pool's tasks with the longest references (:func:`longest_share`)."""
+        return longest_share([len(e.task.solution or []) for e in self.entries], share)
 
     def histogram(self) -> dict[str, int]:
         """How many played tasks have an empirical success rate s/a in each bin (the unplayed apart)."""

@@ -248,10 +248,17 @@ def shortest_walks(game: GridGame, world, seed: int, found: list[tuple[Hashable,
     FrozenLake runs, 6-18 of the longest third's 25-35 references were longer than the shortest safe path), and
     imitating a detour teaches moves the board does not call for."""
     aim = aim or (lambda state: state)
-    depth = max((len(m) for _, m in found), default=0) - 1
+    (first,) = first_arrivals(game, world, seed, max((len(m) for _, m in found), default=0) - 1, [aim])
+    return shorten(found, first, aim)
+
+
+def first_arrivals(game: GridGame, world, seed: int, depth: int,
+                   aims: list[Callable[[Hashable], Hashable]]) -> list[dict[Hashable, list[str]]]:
+    """:func:`shortest_walks`' search, once for several aims: per aim, the moves of the first arrival (breadth
+    first, so a shortest one) at each value within ``depth`` moves of the sandbox's start."""
     world.reset(seed)
     seen = {game.state(world)}
-    first: dict[Hashable, list[str]] = {aim(game.state(world)): []}
+    firsts: list[dict[Hashable, list[str]]] = [{aim(game.state(world)): []} for aim in aims]
     frontier: list[list[str]] = [[]]
     for _ in range(max(depth, 0)):
         grown: list[list[str]] = []
@@ -265,10 +272,18 @@ def shortest_walks(game: GridGame, world, seed: int, found: list[tuple[Hashable,
                 if state in seen:
                     continue
                 seen.add(state)
-                first.setdefault(aim(state), prefix + [move])
+                for aim, first in zip(aims, firsts):
+                    first.setdefault(aim(state), prefix + [move])
                 if not world.done:
                     grown.append(prefix + [move])
         frontier = grown
+    return firsts
+
+
+def shorten(found: list[tuple[Hashable, list[str]]], first: dict[Hashable, list[str]],
+            aim: Callable[[Hashable], Hashable]) -> list[tuple[Hashable, list[str]]]:
+    """Each reference of ``found`` replaced by ``first``'s path to its aim when strictly shorter (a tie keeps
+    the explorer's moves)."""
     out = []
     for state, moves in found:
         path = first.get(aim(state))

@@ -231,8 +231,11 @@ def template_tasks(record: ExplorationRecord, world: SokobanEnv, relabel: bool =
     # shorter prefix of its reference already meets the task (grid.shortest_walks)
     walk_refs, push_refs = [m for _, m in found], [m for _, m in found]
     if shortest:
-        walk_refs = [m for _, m in grid.shortest_walks(SOKOBAN_GAME, world, record.seed, found, lambda s: s[0])]
-        push_refs = [m for _, m in grid.shortest_walks(SOKOBAN_GAME, world, record.seed, found, lambda s: s[1])]
+        aims = [lambda s: s[0], lambda s: s[1]]  # your cell, the boxes: one search for both
+        depth = max((len(m) for m in walk_refs), default=0) - 1
+        by_cell, by_boxes = grid.first_arrivals(SOKOBAN_GAME, world, record.seed, depth, aims)
+        walk_refs = [m for _, m in grid.shorten(found, by_cell, aims[0])]
+        push_refs = [m for _, m in grid.shorten(found, by_boxes, aims[1])]
     for ((player, boxes), _), walk_moves, push_moves in zip(found, walk_refs, push_refs):
         if player not in cells and not relabel:
             cells.add(player)
