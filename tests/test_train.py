@@ -13,6 +13,8 @@ from selfevolve import StepResult, TextEnv, Trainer, load_config
 from selfevolve.models.loading import default_device
 from selfevolve.rollout.runner import rollout
 from selfevolve.tasks.source import seed_tasks
+from selfevolve.errors import ConfigError, SelfEvolveError
+from selfevolve.train.checkpoint import continue_optimizer
 from selfevolve.train.trainer import build_policy, build_prompt
 
 FAST = [
@@ -162,6 +164,43 @@ def test_a_run_starts_from_another_runs_adapter(tmp_path):
     assert logged[0]["mem/peak_rss_gb"] > 0.1  # evaluated; the process's peak memory is logged every record
 
 
+def test_init_optimizer_continues_another_runs_adam_moments_with_this_runs_learning_rate(tmp_path):
+    first = tmp_path / "first"
+    Trainer(load_config(overrides=FAST + ["train.steps=1", "algo.lr=1e-2", f"train.out_dir={first}"])).train()
+    with safe_open(str(first / "checkpoints" / "step-1" / "optimizer.safetensors"), framework="pt") as f:
+        saved = {k: f.get_tensor(k) for k in f.keys()}
+    assert saved  # AdamW's moments of the first run's one update
+    base = FAST + ["train.steps=0", "eval.at_start=false", "algo.lr=3e-4", f"model.init_from={first}"]
+    fresh = Trainer(load_config(overrides=base + [f"train.out_dir={tmp_path / 'fresh'}"]))
+    assert not fresh.optimizer.state  # by default a new run's optimizer starts afresh
+    carried = Trainer(load_config(overrides=base + ["model.init_optimizer=true",
+                                                    f"train.out_dir={tmp_path / 'carried'}"]))
+    params = [p for g in carried.optimizer.param_groups for p in g["params"]]
+    assert len(carried.optimizer.state) == len(params)
+    for i, p in enumerate(params):
+        assert torch.equal(carried.optimizer.state[p]["exp_avg"], saved[f"state.{i}.exp_avg"])
+        assert torch.equal(carried.optimizer.state[p]["exp_avg_sq"], saved[f"state.{i}.exp_avg_sq"])
+    assert float(carried.optimizer.state[params[0]]["step"]) == 1.0  # Adam's bias correction continues
+    assert [g["lr"] for g in carried.optimizer.param_groups] == [3e-4]  # this run's, not the checkpoint's 1e-2
+
+
+def test_init_optimizer_refuses_another_models_state_and_needs_init_from(tmp_path):
+    first = tmp_path / "first"  # PPO: its optimizer also holds the value head's parameters
+    Trainer(load_config(overrides=FAST + ["train.steps=1", "algo.name=ppo", f"train.out_dir={first}"])).train()
+    other = FAST + ["train.steps=0", "eval.at_start=false", "model.init_optimizer=true", f"model.init_from={first}",
+                    f"train.out_dir={tmp_path / 'other'}"]
+    with pytest.raises(SelfEvolveError, match=r"optimizer\.safetensors: does not fit this run"):
+        Trainer(load_config(overrides=other))  # GRPO's adapter loads (the value head is optional); its optimizer not
+    with pytest.raises(ConfigError, match="set model.init_from too"):
+        load_config(overrides=["model.init_optimizer=true"])
+    w = torch.nn.Parameter(torch.zeros(2, 3))
+    opt = torch.optim.AdamW([w])
+    state = {"state": {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(3, 2), "exp_avg_sq": torch.zeros(3, 2)}},
+             "param_groups": [{**{k: v for k, v in opt.param_groups[0].items() if k != "params"}, "params": [0]}]}
+    with pytest.raises(ValueError, match=r"parameter 0: exp_avg of shape \(3, 2\), this run's is \(2, 3\)"):
+        continue_optimizer(opt, state)
+
+
 def test_smollm2_trains_one_step(tmp_path):
     """The embedded SmolLM2-135M through one full training step (rollouts, update, checkpoint, eval)."""
     out = tmp_path / "smol"
@@ -273,7 +312,6 @@ def test_learning_rate_block_puts_the_rates_back_after_an_error():
 def test_lora_on_the_top_layers_only_trains_those_and_the_backward_stops_below_them():
     from selfevolve.models.policy import Policy
     from selfevolve.models.loading import load_model
-    from selfevolve.errors import ConfigError
 
     model, tok = load_model("tiny", "fp32")  # 2 layers
     policy = Policy(model, tok, lora=load_config(overrides=["model.lora.top_layers=1"]).model.lora)

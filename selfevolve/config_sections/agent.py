@@ -39,6 +39,20 @@ class ModelConfig(_Section):
         "instead of a fresh one; its value head is loaded too when both have one. selfevolve explore explores "
         "with it.",
     )
+    init_optimizer: bool = Field(
+        False,
+        description="With init_from: load that checkpoint's optimizer state too (AdamW's moments), so that "
+        "training continues the optimizer instead of starting it afresh (a fresh Adam's first steps move every "
+        "weight by about the learning rate, whatever its gradient's size). The learning rate and weight decay "
+        "stay this run's. evolve.carry_optimizer sets it for rounds 1.. .",
+    )
+
+    @model_validator(mode="after")
+    def _optimizer_needs_an_adapter(self):
+        if self.init_optimizer and not self.init_from:
+            raise ValueError("model.init_optimizer=true loads the optimizer state of model.init_from's checkpoint: "
+                             "set model.init_from too")
+        return self
 
 
 class EnvConfig(BaseModel):

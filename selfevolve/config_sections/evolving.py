@@ -158,6 +158,10 @@ class EvolveConfig(_Section):
         "to one repeated move, so that round 1 explores with the cloned policy rather than the collapsed one "
         "(docs/evolve.md, 'RL only after round 0'): 1 on FrozenLake, 3 seeds, ended at 20.3 % +- 17.7 held out "
         "against 28.1 % with RL in every round (bc_steps 15, bc_minibatches 4). 0: every round.")
+    carry_optimizer: bool = Field(
+        False, description="Rounds 1.. continue the previous round's optimizer state (AdamW's moments; "
+        "model.init_optimizer) instead of starting it afresh, as the default recipe's one optimizer runs from its "
+        "warm start into RL. Not measured yet for its effect (docs/evolve.md, 'The optimizer between rounds').")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")

@@ -318,6 +318,7 @@ class Evolver:
         data["eval"]["at_start"] = False
         if r > 0:
             data["model"]["init_from"] = str(self.out / f"round-{r - 1}" / "train")
+            data["model"]["init_optimizer"] = cfg.evolve.carry_optimizer
         return _validate(data)
 
     def _train(self, r: int, rec: dict, folder: Path, pool: TaskPool) -> None:

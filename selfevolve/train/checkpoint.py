@@ -292,14 +292,35 @@ def refusing(path: Path):
         raise SelfEvolveError(f"{path}: does not fit this run ({str(e)[:300]})") from None
 
 
-def load_init_adapter(cfg, policy) -> bool:
+def load_init_adapter(cfg, policy, optimizer: torch.optim.Optimizer | None = None) -> bool:
     """``model.init_from``: load another run's adapter (its latest checkpoint) into ``policy``; whether one was
     loaded. The trainer's new runs start from it, and ``selfevolve explore`` explores with it (the agent being
-    trained, as AgentEvolver explores)."""
+    trained, as AgentEvolver explores). With ``model.init_optimizer`` and an ``optimizer``, that checkpoint's
+    optimizer state is loaded into it too (:func:`continue_optimizer`)."""
     if not cfg.model.init_from:
         return False
-    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
-    data = load_checkpoint(ckpt, with_optimizer=False)
+    carry = optimizer is not None and cfg.model.init_optimizer
+    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES + (("optimizer.safetensors",) if carry else ()))
+    data = load_checkpoint(ckpt, with_optimizer=carry, with_rng=False)
     with refusing(ckpt / "adapter.safetensors"):
         policy.load_adapter_state(data["adapter"], value_head="optional")
+    if carry:
+        with refusing(ckpt / "optimizer.safetensors"):
+            continue_optimizer(optimizer, data["optimizer"])
     return True
+
+
+def continue_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load another run's optimizer ``state`` (its moments and step counts) into ``optimizer`` while keeping
+    ``optimizer``'s own hyperparameters (learning rate, weight decay, betas: this run's configuration). A state
+    of other parameters (another adapter or value head) is a ValueError naming the first that differs."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    saved = state.get("state", {})
+    for i, p in enumerate(params):
+        for name, t in saved.get(i, {}).items():
+            if torch.is_tensor(t) and t.dim() and t.shape != p.shape:
+                raise ValueError(f"parameter {i}: {name} of shape {tuple(t.shape)}, this run's is {tuple(p.shape)}")
+    own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)  # ValueError when the number of parameters differs
+    for g, hyper in zip(optimizer.param_groups, own):
+        g.update(hyper)

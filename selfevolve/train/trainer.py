@@ -107,7 +107,7 @@ class Trainer:
         if cfg.train.resume and find_checkpoint_or_none(self.out_dir):
             experience_rng = self._resume()
         else:
-            load_init_adapter(cfg, self.policy)  # model.init_from, if set
+            load_init_adapter(cfg, self.policy, self.optimizer)  # model.init_from (and init_optimizer), if set
         if cfg.train.resume and not self.resumed:
             # nothing to resume from: start clean, without a stale log (or pool) of an earlier attempt
             for name in (*STEP_LOGS, POOL_FILE):
