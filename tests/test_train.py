@@ -178,8 +178,8 @@ def test_init_optimizer_continues_another_runs_adam_moments_with_this_runs_learn
     params = [p for g in carried.optimizer.param_groups for p in g["params"]]
     assert len(carried.optimizer.state) == len(params)
     for i, p in enumerate(params):
-        assert torch.equal(carried.optimizer.state[p]["exp_avg"], saved[f"state.{i}.exp_avg"])
-        assert torch.equal(carried.optimizer.state[p]["exp_avg_sq"], saved[f"state.{i}.exp_avg_sq"])
+        assert torch.equal(carried.optimizer.state[p]["exp_avg"].cpu(), saved[f"state.{i}.exp_avg"])
+        assert torch.equal(carried.optimizer.state[p]["exp_avg_sq"].cpu(), saved[f"state.{i}.exp_avg_sq"])
     assert float(carried.optimizer.state[params[0]]["step"]) == 1.0  # Adam's bias correction continues
     assert [g["lr"] for g in carried.optimizer.param_groups] == [3e-4]  # this run's, not the checkpoint's 1e-2
 
@@ -193,6 +193,9 @@ def test_init_optimizer_refuses_another_models_state_and_needs_init_from(tmp_pat
         Trainer(load_config(overrides=other))  # GRPO's adapter loads (the value head is optional); its optimizer not
     with pytest.raises(ConfigError, match="set model.init_from too"):
         load_config(overrides=["model.init_optimizer=true"])
+    (first / "checkpoints" / "step-1" / "optimizer.safetensors").unlink()  # the latest checkpoint's, not an older one's
+    with pytest.raises(SelfEvolveError, match=r"step-1: no optimizer\.safetensors .* model\.init_optimizer=false"):
+        Trainer(load_config(overrides=other))
     w = torch.nn.Parameter(torch.zeros(2, 3))
     opt = torch.optim.AdamW([w])
     state = {"state": {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(3, 2), "exp_avg_sq": torch.zeros(3, 2)}},

@@ -300,7 +300,10 @@ def load_init_adapter(cfg, policy, optimizer: torch.optim.Optimizer | None = Non
     if not cfg.model.init_from:
         return False
     carry = optimizer is not None and cfg.model.init_optimizer
-    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES + (("optimizer.safetensors",) if carry else ()))
+    ckpt = find_checkpoint(cfg.model.init_from, need=MODEL_FILES)
+    if carry and not (ckpt / "optimizer.safetensors").is_file():  # the same checkpoint's, never an older one's
+        raise SelfEvolveError(f"{ckpt}: no optimizer.safetensors to continue (model.init_optimizer=true); set "
+                              f"model.init_optimizer=false to start a fresh optimizer from its adapter")
     data = load_checkpoint(ckpt, with_optimizer=carry, with_rng=False)
     with refusing(ckpt / "adapter.safetensors"):
         policy.load_adapter_state(data["adapter"], value_head="optional")
