@@ -28,6 +28,14 @@ from selfevolve.evolve import validation
 from selfevolve.train.checkpoint import load_init_adapter
 
 
+def round_policy(cfg, run: Path, r: int):
+    """``(config, policy)`` of round ``r`` of the evolve run ``run``: its saved adapter (``round-R/train``) loaded."""
+    c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"init_from": str(run / f"round-{r}" / "train")})})
+    policy = build_policy(c)
+    load_init_adapter(c, policy)
+    return c, policy
+
+
 def score_run(run: Path, out: Path) -> dict:
     """Score ``run``'s rounds on the validation set its own configuration writes (its round 0's, the seed and
     settings it ran with)."""
@@ -41,10 +49,7 @@ def score_run(run: Path, out: Path) -> dict:
     rounds = []
     for rec in state["rounds"]:
         r = rec["round"]
-        adapter = str(run / f"round-{r}" / "train")
-        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"init_from": adapter})})
-        policy = build_policy(c)
-        load_init_adapter(c, policy)
+        c, policy = round_policy(cfg, run, r)
         rounds.append({"round": r, "validation": validation.score(c, env_cls, policy, out, written["tasks"]),
                        "held_out": rec["eval"]["eval/success"]})
         print(f"seed {seed} round {r}: validation {rounds[-1]['validation']['success']:.3f}, held out "

@@ -17,11 +17,11 @@ import argparse
 import json
 from pathlib import Path
 
+from bench_keep_best import round_policy  # the adapter of round R loaded, as bench_keep_best scores it
 from selfevolve import load_config
-from selfevolve.build import build_policy, build_prompt, resolve_env
+from selfevolve.build import build_prompt, resolve_env
 from selfevolve.envs import make_env
 from selfevolve.evolve import validation
-from selfevolve.train.checkpoint import load_init_adapter
 from selfevolve.train.evaluate import evaluate
 
 
@@ -37,10 +37,7 @@ def score_rounds(run: Path) -> list[dict]:
     rows = []
     for rec in state["rounds"]:
         r = rec["round"]
-        adapter = str(run / f"round-{r}" / "train")
-        c = cfg.model_copy(update={"model": cfg.model.model_copy(update={"init_from": adapter})})
-        policy = build_policy(c)
-        load_init_adapter(c, policy)
+        c, policy = round_policy(cfg, run, r)
         episodes: list = []
         m = evaluate(policy, env_cls, options, build_prompt(c, policy, make_env(env_cls, **options)),
                      episodes=tasks, seed_offset=0, batch=c.eval.batch, episodes_out=episodes)
