@@ -19,32 +19,29 @@ from pathlib import Path
 
 from bench_keep_best import round_policy  # the adapter of round R loaded, as bench_keep_best scores it
 from selfevolve import load_config
-from selfevolve.build import build_prompt, resolve_env
-from selfevolve.envs import make_env
+from selfevolve.build import resolve_env
 from selfevolve.evolve import validation
-from selfevolve.train.evaluate import evaluate
+from selfevolve.evolve.report import best_round
 
 
 def score_rounds(run: Path) -> list[dict]:
-    """Validation success, shaped reward and solved pattern of every round of ``run``, with its held-out success."""
+    """Every round of ``run`` scored on its validation tasks (``validation.score``: success, shaped reward), with
+    the tasks solved and its held-out success."""
     state = json.loads((run / "evolve.json").read_text())
     tasks = state.get("validation", {}).get("tasks")
     if not tasks:
         raise SystemExit(f"{run}: the run has no validation set (made without evolve.keep=best?)")
     cfg = load_config(str(run / "round-0" / "train" / "config.yaml"))
     env_cls = resolve_env(cfg, None)
-    options = {**cfg.env.options(), "split": "synth", "tasks_file": str(run / validation.FOLDER / "tasks.jsonl")}
     rows = []
     for rec in state["rounds"]:
         r = rec["round"]
         c, policy = round_policy(cfg, run, r)
         episodes: list = []
-        m = evaluate(policy, env_cls, options, build_prompt(c, policy, make_env(env_cls, **options)),
-                     episodes=tasks, seed_offset=0, batch=c.eval.batch, episodes_out=episodes)
-        rows.append({"round": r, "success": m["eval/success"], "reward": m["eval/reward"],
-                     "solved": "".join("1" if t.success else "0" for t in episodes),
-                     "held_out": rec["eval"]["eval/success"]})
-        print(f"{run.name} round {r}: validation success {m['eval/success']:.3f}, reward {m['eval/reward']:.3f}, "
+        scored = validation.score(c, env_cls, policy, run, tasks, episodes_out=episodes)
+        rows.append({"round": r, "validation": scored, "held_out": rec["eval"]["eval/success"],
+                     "solved": "".join("1" if t.success else "0" for t in episodes)})
+        print(f"{run.name} round {r}: validation success {scored['success']:.3f}, reward {scored['reward']:.3f}, "
               f"solved {rows[-1]['solved']}; held out {rows[-1]['held_out']:.3f}", flush=True)
     return rows
 
@@ -56,8 +53,8 @@ def main() -> None:
     parts = []
     for run in args.runs:
         rows = score_rounds(run)
-        by_success = max(rows, key=lambda x: (x["success"], x["round"]))
-        by_reward = max(rows, key=lambda x: (x["success"], x["reward"], x["round"]))
+        by_success = rows[best_round(rows)]  # what evolve.keep=best keeps
+        by_reward = max(rows, key=lambda x: (x["validation"]["success"], x["validation"]["reward"], x["round"]))
         parts.append(f"{run.name}: kept round {by_success['round']} (held out {by_success['held_out']:.3f}), "
                      f"with the reward tie-break round {by_reward['round']} ({by_reward['held_out']:.3f})")
     print("SUMMARY validation rounds: " + "; ".join(parts))

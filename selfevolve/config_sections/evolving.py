@@ -137,9 +137,9 @@ class EvolveConfig(_Section):
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
     bc_minibatches: int = Field(4, ge=1, description="Optimizer steps per behaviour-cloning step: its demonstrations "
                                 "split evenly (as train.warm_start_minibatches does for the expert's warm start). 4 "
-                                "(the default since 2026-11-29) with bc_steps 30 on FrozenLake seeds 0-2: 37, 46, 40/64 "
-                                "held out (64.1 % +- 7.2; the policy reads the board) against 22, 22, 29 with 1 and the "
-                                "default recipe's 43, 9, 31; with bc_steps 15: 28.1 % +- 18.4 (docs/evolve.md).")
+                                "(the default since 2026-11-29) with bc_steps 30 on FrozenLake: 42.5 % +- 20.5 held "
+                                "out over 10 seeds, the default recipe's 42.5 % +- 14.0 on the same seeds, against "
+                                "27.8 % +- 16.7 with 1; with bc_steps 15: 28.1 % +- 18.4 over 3 (docs/evolve.md).")
     bc_longest: float = Field(
         1 / 3, gt=0, le=1, description="Behaviour cloning imitates the pool's longest references: the share of "
         "pool tasks, longest reference first (ties kept), its demonstrations are drawn from, by learnability; 1: "

@@ -86,16 +86,20 @@ def build(cfg, env_cls, out: Path) -> dict:
             "left_out": len(records) - len(disjoint), "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def score(cfg, env_cls, policy, out: Path, tasks: int) -> dict:
+def score(cfg, env_cls, policy, out: Path, tasks: int, episodes_out: list | None = None) -> dict:
     """Greedy success of ``policy`` on the ``tasks`` validation tasks, each distinct task played once
-    (``eval_tasks``: two sandboxes can hold the same map, and then the same task)."""
+    (``eval_tasks``: two sandboxes can hold the same map, and then the same task), and the episodes' mean shaped
+    reward (recorded beside it: it separates rounds that solve as many tasks). ``episodes_out`` receives the
+    greedy trajectories."""
     from selfevolve.build import build_prompt
     from selfevolve.train.evaluate import evaluate
 
     t0 = time.perf_counter()
     options = {**cfg.env.options(), "split": "synth", "tasks_file": str(out / FOLDER / "tasks.jsonl")}
     builder = build_prompt(cfg, policy, make_env(env_cls, **options))
-    m = evaluate(policy, env_cls, options, builder, episodes=tasks, seed_offset=0, batch=cfg.eval.batch)
-    return {"success": m["eval/success"], "tasks": int(m["eval/tasks"]), "seconds": round(time.perf_counter() - t0, 1)}
+    m = evaluate(policy, env_cls, options, builder, episodes=tasks, seed_offset=0, batch=cfg.eval.batch,
+                 episodes_out=episodes_out)
+    return {"success": m["eval/success"], "reward": m["eval/reward"], "tasks": int(m["eval/tasks"]),
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
