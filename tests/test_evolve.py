@@ -317,6 +317,9 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     assert state["rounds"][1]["explore"]["sandbox_seeds"] == [3, 4, 5]
     page = (straight / "evolve.md").read_text()
     assert "0 human-written training tasks" in page and "## Round 1" in page and (straight / "evolve.png").is_file()
+    # where the time went: every stage timed (the cloning, both evaluations, the validation set when kept best)
+    assert state["start_eval_seconds"] > 0 and "## Where the time went" in page
+    assert all(rec["bc"]["bc/seconds"] > 0 and rec["train"]["time/eval"] > 0 for rec in state["rounds"])
     train1 = load_config(str(straight / "round-1" / "train" / "config.yaml"))
     assert (train1.env.split, train1.train.warm_start_steps) == ("synth", 0)
     assert train1.model.init_from == str(straight / "round-0" / "train") and not train1.model.init_optimizer
@@ -441,6 +444,25 @@ def test_the_round_kept_by_hand():
     assert kept_line(state) == "**Kept: the last round** (why)."
 
 
+def test_where_the_time_went_by_hand():
+    from selfevolve.evolve.report import seconds_by_stage, time_table
+
+    rnd = {"round": 0, "stages": ["explored", "written", "trained"], "explore": {"seconds": 30.0},
+           "write": {"seconds": 1.0}, "bc": {"bc/seconds": 40.0}, "validation": {"success": 0.5, "seconds": 9.0},
+           "train": {"seconds": 100.0, "time/rollout": 20.0, "time/update": 25.0, "time/eval": 10.0}}
+    state = {"env": "frozenlake", "config": {}, "start_eval_seconds": 12.0, "validation": {"seconds": 3.0},
+             "rounds": [rnd, {**rnd, "round": 1}, {"round": 2, "stages": ["explored"], "explore": {"seconds": 7.0}}]}
+    got = dict(seconds_by_stage(state))  # round 2 is not trained yet: not counted
+    assert got["held-out evaluation before round 0"] == 12 and got["writing the validation set"] == 3
+    assert got["exploring"] == 60 and got["behaviour cloning"] == 80 and got["RL updates"] == 50
+    assert got["held-out evaluation after each round"] == 20 and got["validation score after each round"] == 18
+    assert got["the rest of training (loading, checkpoints, the pool)"] == 2 * (100 - 40 - 20 - 25 - 10)
+    assert sum(got.values()) == 12 + 3 + 60 + 2 + 2 * 100 + 18 == 295
+    table = time_table(state)
+    assert "| behaviour cloning | 80 | 27% |" in table and table[-1] == "| all stages | 295 | |"  # 80 / 295: 27.1 %
+    assert time_table({"rounds": []}) == []  # nothing timed yet: no table
+
+
 def test_keep_last_writes_no_validation_and_a_tool_world_keeps_its_last_round(tmp_path):
     out = tmp_path / "last"
     summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rounds=1", "train.steps=1", "evolve.keep=last",
@@ -493,6 +515,7 @@ def test_without_rl_every_round_clones_and_evaluates_and_no_rollout_plays_the_po
     rounds = json.loads((out / "evolve.json").read_text())["rounds"]
     assert [r["bc"]["bc/steps"] for r in rounds] == [1, 1] and [r["train"]["updates"] for r in rounds] == [0, 0]
     assert [r["train"]["rollouts"] for r in rounds] == [0, 0] and all("eval/success" in r["eval"] for r in rounds)
+    assert all(r["train"]["time/eval"] > 0 for r in rounds)  # the evaluation outside the trainer's loop is timed too
     end = [json.loads(x) for x in (out / "round-1" / "pool_end.jsonl").read_text().splitlines()]
     assert len(end) > 0 and sum(e["attempts"] for e in end) == 0
     assert "- RL: **none** (`evolve.rl=false`" in (out / "evolve.md").read_text()

@@ -102,6 +102,7 @@ class EvolveTrainer(Trainer):
         if steps <= 0:
             return {}
         pool, rng = self.tasks.pool, random.Random(f"evolve-bc-{seed}")
+        t0 = time.perf_counter()
         among = pool.longest(self.cfg.evolve.bc_longest)
         losses, solved, played = [], 0, 0
         for _ in range(steps):
@@ -117,7 +118,8 @@ class EvolveTrainer(Trainer):
         moves = [len(pool.entries[i].task.solution or []) for i in among]
         return {"bc/steps": steps, "bc/tasks": len(among), "bc/min_moves": min(moves, default=0),
                 "bc/demonstrations": played, "bc/demonstrations_solved": solved,
-                "bc/loss_first": losses[0], "bc/loss_last": losses[-1]}
+                "bc/loss_first": losses[0], "bc/loss_last": losses[-1],
+                "bc/seconds": round(time.perf_counter() - t0, 1)}
 
 
 class Evolver:
@@ -198,7 +200,9 @@ class Evolver:
                 pool.load(folder, "pool_end")
                 continue
             if r == 0 and cfg.eval.at_start and "start_eval" not in self.state:
+                t1 = time.perf_counter()
                 self.state["start_eval"] = self._evaluate(self._policy_for(0))
+                self.state["start_eval_seconds"] = round(time.perf_counter() - t1, 1)
                 self._save()
                 self.say(f"held-out success before round 0: {self.state['start_eval']['eval/success']:.3f}")
             if r == 0 and cfg.evolve.keep == "best" and "validation" not in self.state:
@@ -255,7 +259,9 @@ class Evolver:
 
     def _write_validation(self) -> None:
         """``evolve.keep=best``: the validation tasks (``evolve/validation.py``), written once before round 0."""
+        t0 = time.perf_counter()
         written = validation.build(self.cfg, self.env_cls, self.out)
+        written["seconds"] = round(time.perf_counter() - t0, 1)
         if written.get("tasks") == 0:
             written["skipped"] = (f"no validation task of {written['min_moves']}+ moves was written, so the run keeps "
                                   f"its last round")
@@ -349,10 +355,12 @@ class Evolver:
             self._save()
         self.say(f"round {r}: {rcfg.train.steps} RL updates on {len(pool)} pool tasks")
         trainer.train()
-        if not trainer.last_eval:  # a round without updates (rl_from_round, rl=false) evaluates here, episodes logged
-            trainer.last_eval = trainer.evaluate(label="end")
-        rec["eval"] = dict(trainer.last_eval)
         figures = report.train_figures(folder / "train")
+        if not trainer.last_eval:  # a round without updates (rl_from_round, rl=false) evaluates here, episodes logged
+            t1 = time.perf_counter()
+            trainer.last_eval = trainer.evaluate(label="end")
+            figures["time/eval"] = round(time.perf_counter() - t1, 1)
+        rec["eval"] = dict(trainer.last_eval)
         G = rcfg.algo.group_size
         groups = report.metric_sum(folder / "train", "sampling/groups") if rcfg.sampling.dynamic else \
             figures["updates"] * rcfg.train.tasks_per_step

@@ -15,7 +15,7 @@ MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation
 
 def train_figures(train_dir: Path) -> dict[str, float]:
     """A round's RL figures from its ``metrics.jsonl``: updates, the mean of each of ``MEANS`` over them, and the
-    rollout and update seconds."""
+    rollout, update and held-out evaluation seconds."""
     path = train_dir / "metrics.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
     steps = [m for m in rows if m.get("step", 0) >= 1]
@@ -24,7 +24,7 @@ def train_figures(train_dir: Path) -> dict[str, float]:
         vals = [m[key] for m in steps if isinstance(m.get(key), (int, float))]
         if vals:
             out[key] = round(sum(vals) / len(vals), 4)
-    for key in ("time/rollout", "time/update"):
+    for key in ("time/rollout", "time/update", "time/eval"):
         out[key] = round(sum(m.get(key, 0.0) for m in steps), 1)
     return out
 
@@ -68,6 +68,28 @@ def summary(state: dict) -> dict:
     return {"rounds": len(done), "start": pts[0][1] if pts and pts[0][0] == "start" else None,
             "final": kept["kept"] if k is not None else last, "last": last, **kept,
             "pool": pts[-1][2] if pts else 0, "curve": [{"point": p, "success": s, "pool": n} for p, s, n in pts]}
+
+
+def seconds_by_stage(state: dict) -> list[tuple[str, float]]:
+    """Where the run's time went (issue 41 item 5 asks what the loop costs), summed over the rounds trained:
+    the evaluation before round 0, writing the validation set, then per round exploring, writing tasks,
+    behaviour cloning, RL rollouts and updates, the held-out evaluation and the validation score; "the rest" of a
+    round's training stage is loading the model, checkpoints and the pool. Runs recorded before these timings
+    existed count their cloning under the rest."""
+    rounds = [r for r in state.get("rounds", []) if "trained" in r.get("stages", [])]
+
+    def total(stage: str, key: str) -> float:
+        return sum(float(r.get(stage, {}).get(key, 0.0)) for r in rounds)
+
+    parts = {"behaviour cloning": total("bc", "bc/seconds"), "RL rollouts": total("train", "time/rollout"),
+             "RL updates": total("train", "time/update"),
+             "held-out evaluation after each round": total("train", "time/eval")}
+    rest = max(0.0, total("train", "seconds") - sum(parts.values()))
+    return [("held-out evaluation before round 0", float(state.get("start_eval_seconds", 0.0))),
+            ("writing the validation set", float(state.get("validation", {}).get("seconds", 0.0))),
+            ("exploring", total("explore", "seconds")), ("writing tasks", total("write", "seconds")),
+            *parts.items(), ("the rest of training (loading, checkpoints, the pool)", rest),
+            ("validation score after each round", total("validation", "seconds"))]
 
 
 HINDSIGHT_FORMS = {  # evolve.hindsight, in the report's words
@@ -132,6 +154,7 @@ def markdown(state: dict) -> str:
     scores = {f"round {r['round']}": r.get("validation", {}).get("success") for r in state["rounds"]}
     lines += [f"| {p} | {_pct(s)} | {_pct(scores.get(p))} | {n} |" for p, s, n in curve(state)]
     lines += ["", kept_line(state)]
+    lines += time_table(state)
     for rec in state["rounds"]:
         r = rec["round"]
         lines += ["", f"## Round {r}", ""]
@@ -176,6 +199,17 @@ def markdown(state: dict) -> str:
             lines.append(f"- validation: success {val['success']:.3f} on {val['tasks']} tasks "
                          f"({val['seconds']} s)")
     return "\n".join(lines) + "\n"
+
+
+def time_table(state: dict) -> list[str]:
+    """The page's "Where the time went": :func:`seconds_by_stage` with each stage's share (none before a round)."""
+    stages = seconds_by_stage(state)
+    whole = sum(t for _, t in stages)
+    if whole <= 0:
+        return []
+    return ["", "## Where the time went", "", "| stage | seconds | share |", "|---|---:|---:|",
+            *[f"| {name} | {t:.0f} | {t / whole:.0%} |" for name, t in stages if t > 0],
+            f"| all stages | {whole:.0f} | |"]
 
 
 def kept_line(state: dict) -> str:
