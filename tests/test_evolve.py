@@ -456,7 +456,7 @@ def test_where_the_time_went_by_hand():
     assert got["held-out evaluation before round 0"] == 12 and got["writing the validation set"] == 3
     assert got["exploring"] == 60 and got["behaviour cloning"] == 80 and got["RL updates"] == 50
     assert got["held-out evaluation after each round"] == 20 and got["validation score after each round"] == 18
-    assert got["the rest of training (loading, checkpoints, the pool)"] == 2 * (100 - 40 - 20 - 25 - 10)
+    assert got["the rest of training (loading, checkpoints)"] == 2 * (100 - 40 - 20 - 25 - 10)
     assert sum(got.values()) == 12 + 3 + 60 + 2 + 2 * 100 + 18 == 295
     table = time_table(state)
     assert "| behaviour cloning | 80 | 27% |" in table and table[-1] == "| all stages | 295 | |"  # 80 / 295: 27.1 %

@@ -259,9 +259,7 @@ class Evolver:
 
     def _write_validation(self) -> None:
         """``evolve.keep=best``: the validation tasks (``evolve/validation.py``), written once before round 0."""
-        t0 = time.perf_counter()
-        written = validation.build(self.cfg, self.env_cls, self.out)
-        written["seconds"] = round(time.perf_counter() - t0, 1)
+        written = validation.build(self.cfg, self.env_cls, self.out)  # with its seconds
         if written.get("tasks") == 0:
             written["skipped"] = (f"no validation task of {written['min_moves']}+ moves was written, so the run keeps "
                                   f"its last round")

@@ -74,8 +74,9 @@ def seconds_by_stage(state: dict) -> list[tuple[str, float]]:
     """Where the run's time went (issue 41 item 5 asks what the loop costs), summed over the rounds trained:
     the evaluation before round 0, writing the validation set, then per round exploring, writing tasks,
     behaviour cloning, RL rollouts and updates, the held-out evaluation and the validation score; "the rest" of a
-    round's training stage is loading the model, checkpoints and the pool. Runs recorded before these timings
-    existed count their cloning under the rest."""
+    round's training stage is loading the model and writing checkpoints. Runs recorded before these timings
+    existed count their cloning under the rest; a round resumed mid-training times only its last attempt's
+    training stage, so there the rest is the part of it its parts do not cover, or 0."""
     rounds = [r for r in state.get("rounds", []) if "trained" in r.get("stages", [])]
 
     def total(stage: str, key: str) -> float:
@@ -88,7 +89,7 @@ def seconds_by_stage(state: dict) -> list[tuple[str, float]]:
     return [("held-out evaluation before round 0", float(state.get("start_eval_seconds", 0.0))),
             ("writing the validation set", float(state.get("validation", {}).get("seconds", 0.0))),
             ("exploring", total("explore", "seconds")), ("writing tasks", total("write", "seconds")),
-            *parts.items(), ("the rest of training (loading, checkpoints, the pool)", rest),
+            *parts.items(), ("the rest of training (loading, checkpoints)", rest),
             ("validation score after each round", total("validation", "seconds"))]
 
 
