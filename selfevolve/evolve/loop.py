@@ -259,7 +259,7 @@ class Evolver:
 
     def _write_validation(self) -> None:
         """``evolve.keep=best``: the validation tasks (``evolve/validation.py``), written once before round 0."""
-        written = validation.build(self.cfg, self.env_cls, self.out)  # with its seconds
+        written = validation.build(self.cfg, self.env_cls, self.out)
         if written.get("tasks") == 0:
             written["skipped"] = (f"no validation task of {written['min_moves']}+ moves was written, so the run keeps "
                                   f"its last round")
