@@ -166,7 +166,7 @@ def markdown(state: dict) -> str:
                                            "explorations_with_a_valid_answer", "seconds"))
             lines.append(f"- explored: {ex['explorations']} explorations, {ex['valid_answers']} valid answers of "
                          f"{ex['answers']}, {ex['explorations_with_a_valid_answer']} explorations with one"
-                         + (f"; {extra}" if extra else "") + f" ({ex.get('seconds', 0)} s)")
+                         + (f"; {extra}" if extra else "") + f" ({ex.get('seconds', 0):.1f} s)")
         wr = rec.get("write", {})
         if "skipped" in wr:
             lines.append(f"- tasks: none written ({wr['skipped']})")
@@ -198,7 +198,7 @@ def markdown(state: dict) -> str:
         val = rec.get("validation")
         if val:
             lines.append(f"- validation: success {val['success']:.3f} on {val['tasks']} tasks "
-                         f"({val['seconds']} s)")
+                         f"({val['seconds']:.1f} s)")
     return "\n".join(lines) + "\n"
 
 
