@@ -163,7 +163,8 @@ class EvolveConfig(_Section):
     carry_optimizer: bool = Field(
         False, description="Rounds 1.. continue the previous round's optimizer state (AdamW's moments; "
         "model.init_optimizer) instead of starting it afresh, as the default recipe's one optimizer runs from its "
-        "warm start into RL. Not measured yet for its effect (docs/evolve.md, 'The optimizer between rounds').")
+        "warm start into RL. FrozenLake, seeds 0-5: kept 52.3 % +- 16.0 held out against 44.3 % +- 24.1 "
+        "fresh, every seed learning; not the default before ten seeds (docs/evolve.md, 'On the loop').")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")

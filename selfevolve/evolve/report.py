@@ -190,7 +190,8 @@ def markdown(state: dict) -> str:
                          f"{bc['bc/loss_first']:.3f} → {bc['bc/loss_last']:.3f}")
         tr = rec.get("train", {})
         if tr and "skipped" not in tr:
-            lines.append("- RL: " + _kv({k: v for k, v in tr.items()}))
+            lines.append("- RL: " + _kv({k: round(v, 1) if k == "seconds" or k.startswith("time/") else v
+                                         for k, v in tr.items()}))
         ev = rec.get("eval")
         if ev:
             lines.append("- held-out: " + _kv({k: round(v, 3) if isinstance(v, float) else v for k, v in ev.items()
