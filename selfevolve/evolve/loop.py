@@ -119,7 +119,7 @@ class EvolveTrainer(Trainer):
         return {"bc/steps": steps, "bc/tasks": len(among), "bc/min_moves": min(moves, default=0),
                 "bc/demonstrations": played, "bc/demonstrations_solved": solved,
                 "bc/loss_first": losses[0], "bc/loss_last": losses[-1],
-                "bc/seconds": round(time.perf_counter() - t0, 3)}
+                "bc/seconds": report.seconds_since(t0)}
 
 
 class Evolver:
@@ -202,7 +202,7 @@ class Evolver:
             if r == 0 and cfg.eval.at_start and "start_eval" not in self.state:
                 t1 = time.perf_counter()
                 self.state["start_eval"] = self._evaluate(self._policy_for(0))
-                self.state["start_eval_seconds"] = round(time.perf_counter() - t1, 3)
+                self.state["start_eval_seconds"] = report.seconds_since(t1)
                 self._save()
                 self.say(f"held-out success before round 0: {self.state['start_eval']['eval/success']:.3f}")
             if r == 0 and cfg.evolve.keep == "best" and "validation" not in self.state:
@@ -296,7 +296,7 @@ class Evolver:
         save_explorations(folder, records)
         rec["explore"] = {**hindsight.exploration_stats(records, self.env_cls, self.cfg),
                           **({"explorer": "random"} if randomly else {}),
-                          "seconds": round(time.perf_counter() - t0, 3)}
+                          "seconds": report.seconds_since(t0)}
         rec["stages"].append("explored")
         self._save()
         return records
@@ -307,7 +307,7 @@ class Evolver:
         kept, written = hindsight.write_tasks(self.cfg, self.env_cls, records, writer, pool.keys(),
                                               [e.task.instruction for e in pool.entries], folder, TaskPool.key)
         pool.add(kept, r)
-        rec["write"] = {**written, "seconds": round(time.perf_counter() - t0, 3)}
+        rec["write"] = {**written, "seconds": report.seconds_since(t0)}
         self.say(f"round {r}: kept {written['kept']} of {written['candidates']} candidate tasks (removed: "
                  + ", ".join(f"{k} {v}" for k, v in written["removed"].items() if v) + f"); pool {len(pool)}")
 
@@ -357,12 +357,12 @@ class Evolver:
         if not trainer.last_eval:  # a round without updates (rl_from_round, rl=false) evaluates here, episodes logged
             t1 = time.perf_counter()
             trainer.last_eval = trainer.evaluate(label="end")
-            figures["time/eval"] = round(time.perf_counter() - t1, 3)
+            figures["time/eval"] = report.seconds_since(t1)
         rec["eval"] = dict(trainer.last_eval)
         G = rcfg.algo.group_size
         groups = report.metric_sum(folder / "train", "sampling/groups") if rcfg.sampling.dynamic else \
             figures["updates"] * rcfg.train.tasks_per_step
-        rec["train"] = {**figures, "rollouts": int(groups * G), "seconds": round(time.perf_counter() - t0, 3)}
+        rec["train"] = {**figures, "rollouts": int(groups * G), "seconds": report.seconds_since(t0)}
         pool.save(folder, "pool_end")
         rec["pool"] = {"tasks": len(pool), "histogram": pool.histogram(),
                        "buffered": sum(len(e.buffer) for e in pool.entries)}

@@ -6,11 +6,18 @@ success per round, and the pool's size)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 MARKDOWN, JSON, FIGURE = "evolve.md", "evolve_report.json", "evolve.png"
 MEANS = ("reward/mean", "success/rate", "valid/rate", "entropy", "loss/imitation", "imitation/rows",
          "imitation/ratio", "imitation/clipped", "pool/p_mean", "pool/drawn_from")
+
+
+def seconds_since(t0: float) -> float:
+    """Seconds since ``time.perf_counter()`` read ``t0``, as a stage's record keeps them: to the millisecond, so that
+    a stage faster than a tenth of a second (a one-step cloning of a tiny model) is not recorded as 0."""
+    return round(time.perf_counter() - t0, 3)
 
 
 def train_figures(train_dir: Path) -> dict[str, float]:

@@ -34,6 +34,7 @@ from selfevolve.envs.task_files import save_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.evolve import hindsight
 from selfevolve.evolve.pool import TaskPool
+from selfevolve.evolve.report import seconds_since
 
 FIRST_SANDBOX = 100_000  # the validation explorations' first training sandbox; the rounds explore 0, 1, ...
 FOLDER = "validation"
@@ -83,7 +84,7 @@ def build(cfg, env_cls, out: Path) -> dict:
     save_tasks(tasks, str(folder / "tasks.jsonl"))
     return {"tasks": len(tasks), "written": written["kept"], "min_moves": ev.validation_min_moves,
             "sandboxes": [FIRST_SANDBOX, FIRST_SANDBOX + ev.validation_explorations - 1],
-            "left_out": len(records) - len(disjoint), "seconds": round(time.perf_counter() - t0, 3)}
+            "left_out": len(records) - len(disjoint), "seconds": seconds_since(t0)}
 
 
 def score(cfg, env_cls, policy, out: Path, tasks: int, episodes_out: list | None = None) -> dict:
@@ -100,6 +101,6 @@ def score(cfg, env_cls, policy, out: Path, tasks: int, episodes_out: list | None
     m = evaluate(policy, env_cls, options, builder, episodes=tasks, seed_offset=0, batch=cfg.eval.batch,
                  episodes_out=episodes_out)
     return {"success": m["eval/success"], "reward": m["eval/reward"], "tasks": int(m["eval/tasks"]),
-            "seconds": round(time.perf_counter() - t0, 3)}
+            "seconds": seconds_since(t0)}
 
 
