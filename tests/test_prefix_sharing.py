@@ -121,6 +121,37 @@ def test_the_tree_forward_equals_the_plain_one_for_fewer_tokens():
     assert results["encoded"][4] == [10, 25 + 27 + 15]  # the prefix in its own forward, then the tree without it
 
 
+def test_a_lone_row_attends_to_the_prefix_encoded_beforehand_instead_of_encoding_it_again():
+    """A micro-batch of one row beside others (the memory bound split the minibatch 3 + 1): with the prefix
+    encoded beforehand, the body is fed A1's 24 ids past the prefix, not all 34, for the same log-probs, values and
+    gradients as the plain forward."""
+    policy = build_policy(load_config(overrides=["model.name=tiny", "model.dtype=fp32"]))
+    policy.attach_value_head()
+    b = collate([A1], policy.pad_id, policy.device)
+    body, _ = policy.body_and_head()
+    fed, forward = [], body.forward
+    body.forward = lambda *a, **k: fed.append(k["input_ids"].numel()) or forward(*a, **k)
+    results = []
+    for encoded in (False, True):
+        fed.clear()
+        policy.model.zero_grad(set_to_none=True)
+        policy.value_head.zero_grad(set_to_none=True)
+        prefix = EncodedPrefix(body, PREFIX) if encoded else None
+        logp, _, values = policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"],
+                                              value_mask=b["value_mask"], prefix_len=P if encoded else 0,
+                                              cuts=[turn_cuts(A1)], prefix=prefix)
+        (logp.sum() + values.square().sum()).backward()
+        if prefix is not None:
+            prefix.backward()
+        results.append((logp.detach(), values.detach(), [p.grad.clone() for p in policy.trainable_parameters()],
+                        list(fed)))
+    del body.forward
+    (logp, values, grads, plain_fed), (logp_e, values_e, grads_e, encoded_fed) = results
+    assert plain_fed == [34] and encoded_fed == [10, 24]
+    assert logp.numel() == 4 and torch.allclose(logp_e, logp, atol=1e-5) and torch.allclose(values_e, values, atol=1e-5)
+    assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-5 * float(h.abs().max())) for g, h in zip(grads_e, grads))
+
+
 def test_the_tree_forward_in_bf16_stays_within_bf16_rounding_of_the_plain_one():
     """bf16 keeps 8 bits of mantissa: the packed tree and the padded rows add in other orders, so they round
     apart. Stated tolerances: log-probs and values within 0.05 (a log-prob of -10 has a bf16 step of 0.06),

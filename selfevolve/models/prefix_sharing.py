@@ -115,7 +115,9 @@ def encode_rows(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, pre
     """
     B, L = input_ids.shape
     device = input_ids.device
-    P = prefix_len if B > 1 and supports_tree(body.config) else 0
+    # one row alone gains nothing from the tree, unless its prefix is already encoded (a micro-batch of one row
+    # beside others that share the prefix): encoded plainly, it would go through the body a second time
+    P = prefix_len if (B > 1 or prefix is not None) and supports_tree(body.config) else 0
     if P == 0:
         columns = torch.arange(L, device=device).expand(B, L)
         hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
