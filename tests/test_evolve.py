@@ -322,7 +322,8 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     assert all(rec["bc"]["bc/seconds"] > 0 and rec["train"]["time/eval"] > 0 for rec in state["rounds"])
     train1 = load_config(str(straight / "round-1" / "train" / "config.yaml"))
     assert (train1.env.split, train1.train.warm_start_steps) == ("synth", 0)
-    assert train1.model.init_from == str(straight / "round-0" / "train") and not train1.model.init_optimizer
+    # round 1 continues round 0's adapter and, by default (evolve.carry_optimizer), its optimizer state
+    assert train1.model.init_from == str(straight / "round-0" / "train") and train1.model.init_optimizer
 
     # the viewer shows the rounds as one run: round 1's steps follow round 0's, each marked with its round
     view = load_run(straight)
@@ -483,11 +484,14 @@ def test_keep_last_writes_no_validation_and_a_tool_world_keeps_its_last_round(tm
 
 
 def test_carry_optimizer_continues_the_previous_rounds_optimizer_from_round_1(tmp_path):
-    evolver = Evolver(load_config(overrides=[*EVOLVE, "evolve.carry_optimizer=true",
-                                             f"train.out_dir={tmp_path / 'run'}"]))
-    r0, r1 = (evolver._round_config(r, tmp_path / "run" / f"round-{r}") for r in (0, 1))
-    assert (r0.model.init_from, r0.model.init_optimizer) == (None, False)  # round 0: a fresh adapter and optimizer
-    assert (r1.model.init_from, r1.model.init_optimizer) == (str(tmp_path / "run" / "round-0" / "train"), True)
+    assert load_config(overrides=EVOLVE).evolve.carry_optimizer  # the default since 2026-11-29
+    for carry in (True, False):
+        evolver = Evolver(load_config(overrides=[*EVOLVE, f"evolve.carry_optimizer={str(carry).lower()}",
+                                                 f"train.out_dir={tmp_path / 'run'}"]))
+        r0, r1 = (evolver._round_config(r, tmp_path / "run" / f"round-{r}") for r in (0, 1))
+        assert (r0.model.init_from, r0.model.init_optimizer) == (None, False)  # round 0: a fresh adapter and optimizer
+        # round 1: round 0's adapter, and its optimizer state only when carried
+        assert (r1.model.init_from, r1.model.init_optimizer) == (str(tmp_path / "run" / "round-0" / "train"), carry)
 
 
 def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_path):
