@@ -225,3 +225,37 @@ def test_several_micro_batches_encode_their_shared_prefix_once(policy, monkeypat
     once, each = adapters
     assert any(not torch.equal(once[k], state[k]) for k in once)
     assert all(torch.allclose(once[k], each[k], atol=1e-6) for k in once)
+
+
+def test_a_lone_micro_batch_attends_to_the_encoded_prefix_unless_a_kl_term_compares_it_with_the_reference(
+        policy, monkeypatch):
+    """Every row its own micro-batch (the bound at the longest row): without a KL term each lone row attends to the
+    prefix encoded once for the minibatch; with one, a lone row is encoded plainly, as the reference's lone row
+    is, so that at the reference the two encodings are the same and the KL is exactly 0."""
+    import random
+
+    from selfevolve.objectives.samples import micro_batches, shared_prefix_len
+    from selfevolve.objectives.update import ppo_update
+
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32"])
+    builder = build_prompt(cfg, policy, make_env(FrozenLakeEnv))
+    tasks = SeedTasks("frozenlake", seed=1).next(3)
+    trajs = rollout(policy, [make_env(FrozenLakeEnv, max_turns=3) for _ in tasks], tasks, builder, max_turns=3,
+                    generator=[torch.Generator().manual_seed(i) for i in range(len(tasks))])
+    rows = build_rows(trajs, [0.5, -0.5, 0.25])
+    bound = max(len(r) for r in rows)
+    assert all(len(c) == 1 for c in micro_batches(rows, bound, shared_prefix_len(rows), grouped=True))
+    given = []
+    forward_rows = policy.forward_rows
+    monkeypatch.setattr(policy, "forward_rows",
+                        lambda *a, **k: given.append(k.get("prefix")) or forward_rows(*a, **k))
+    state = {k: v.clone() for k, v in policy.adapter_state().items()}
+    for kl_coef, encoded in ((0.0, True), (0.1, False)):
+        algo = load_config(overrides=[f"algo.micro_batch_tokens={bound}", f"algo.kl_coef={kl_coef}"]).algo
+        given.clear()
+        st = ppo_update(policy, torch.optim.SGD(policy.trainable_parameters(), lr=0.0), rows, algo, random.Random(0))
+        # three lone rows (and with the KL term, the reference's three forwards, plain)
+        assert len(given) == (6 if kl_coef else 3) and all((p is not None) == encoded for p in given)
+        if kl_coef:
+            assert st["kl"] == 0.0  # the adapter's B is 0: the policy is the reference, encoded the same way
+    policy.load_adapter_state(state)

@@ -197,7 +197,7 @@ class _TreeChunk:
             if depth == len(self.nodes):
                 self.nodes.append({})
             self.nodes[depth][node] = size
-        if self.k == 1:  # one row is encoded whole, prefix included
+        if self.k == 1:  # one row: its length (its prefix may be encoded beforehand; counted all the same)
             return len(row), len(row)
         tokens = self.shared + sum(sum(level.values()) for level in self.nodes)
         positions, width = 0, self.shared

@@ -79,9 +79,12 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
         for chunk in chunks:
             b = collate(chunk, policy.pad_id, policy.device, clip_high=algo.clip_high)
             P, cuts = shared if prefix else shared_prefix_len(chunk), [turn_cuts(r) for r in chunk]
+            # a lone row attends to the encoded prefix too, unless a KL term needs it encoded as its reference is
+            # (the reference's lone row is encoded plainly, below)
+            own = prefix if len(chunk) > 1 or algo.kl_coef == 0 else None
             logp, ent, values = policy.forward_rows(
                 b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True, prefix_len=P,
-                cuts=cuts, value_mask=b["value_mask"] if critic else None, prefix=prefix,
+                cuts=cuts, value_mask=b["value_mask"] if critic else None, prefix=own,
             )
             if objective == "nll":
                 loss = -logp.mean()
