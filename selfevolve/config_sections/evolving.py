@@ -133,8 +133,8 @@ class EvolveConfig(_Section):
                              "task at sampling.prior (false: uniformly; the ablation).")
     bc_steps: int = Field(30, ge=0, description="Behaviour-cloning steps on the pool's verified reference paths, "
                           "in all, split evenly over the rounds (at the start of each round's training). 30 with "
-                          "bc_longest 1/3, bc_minibatches 4 and carry_optimizer (today's defaults): FrozenLake's held-out "
-                          "48.3 % +- 17.0 over ten seeds (42.5 % +- 20.5 with a fresh optimizer each round; "
+                          "bc_longest 1/3, bc_minibatches 4 and carry_optimizer (today's defaults): FrozenLake's "
+                          "held-out 48.3 % +- 17.0 over ten seeds (42.5 % +- 20.5 with a fresh optimizer each round; "
                           "docs/evolve.md).")
     bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
     bc_minibatches: int = Field(4, ge=1, description="Optimizer steps per behaviour-cloning step: its demonstrations "
