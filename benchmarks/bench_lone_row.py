@@ -49,35 +49,36 @@ def main() -> None:
     batches = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
     body, _ = policy.body_and_head()
-    fed, lone, forward = [0], [0], body.forward
+    fed, forward = [0], body.forward
+    calls = {"micro": 0, "lone": 0}  # the "now" way's forwards of micro-batches, and of lone rows beside others
 
     def counting(*a, **k):
         fed[0] += k["input_ids"].numel()
         return forward(*a, **k)
 
+    def now(body, input_ids, attention_mask, prefix_len=0, cuts=None, prefix=None):
+        calls["micro"] += 1
+        calls["lone"] += input_ids.shape[0] == 1 and prefix is not None
+        return NEW(body, input_ids, attention_mask, prefix_len, cuts, prefix)
+
     body.forward = counting
-    ways = {"before": old_rule, "now": NEW}
+    ways = {"before": old_rule, "now": now}
     times = {(w, o): [] for w in ways for o in batches}
     tokens, losses = {}, {}
     for _ in range(args.reps):
         for way, rule in ways.items():
             policy_module.encode_rows = rule
             for objective, rows in batches.items():
-                fed[0] = 0
+                fed[0] = calls["micro"] = calls["lone"] = 0
                 t = time.perf_counter()
                 st = update.ppo_update(policy, optimizer, rows, cfg.algo, random.Random(0), objective=objective)
                 times[way, objective].append(time.perf_counter() - t)
                 tokens[way, objective] = fed[0]
                 losses[way, objective] = st.get("loss/bc", st.get("loss/policy"))
     policy_module.encode_rows = NEW
-    # how many micro-batches of one row the split makes (the same in both ways)
-    from selfevolve.objectives.memory import micro_batch_bound
-    from selfevolve.objectives.samples import micro_batches, minibatch_schedule, shared_prefix_len
-    bound = micro_batch_bound(policy.model, cfg.algo.micro_batch_tokens, cfg.algo.micro_batch_gb)
-    chunks = [micro_batches(mb, bound, shared_prefix_len(mb), grouped=True)
-              for mb in minibatch_schedule(batches["nll"], cfg.algo, random.Random(0))]
-    lone[0] = sum(len(c) == 1 for cs in chunks if len(cs) > 1 for c in cs)
-    print(f"minibatches {len(chunks)}, micro-batches {sum(map(len, chunks))}, of one row beside others {lone[0]}")
+    # the split is the same in both ways; counted in the last update of the "now" way (the ppo objective's)
+    print(f"minibatches {cfg.algo.minibatches}, micro-batches {calls['micro']}, of one row beside others "
+          f"{calls['lone']}")
     for objective in batches:
         b, n = (statistics.median(times[w, objective]) for w in ways)
         print(f"{objective}: before {b:.2f} s ({tokens['before', objective]} ids fed), now {n:.2f} s "
