@@ -130,8 +130,10 @@ def instrument(trainer, regions: Regions) -> ExitStack:
     stack = ExitStack()
     r = regions
     for method, name in (("evaluate", "evaluation"), ("warm_start", "warm start"), ("collect", "rollout"),
-                         ("credit", "credit"), ("update", "update"), ("save", "checkpoint")):
+                         ("update", "update"), ("save", "checkpoint")):
         stack.enter_context(patched(trainer, method, r.wrap(getattr(trainer, method), name)))
+    # the credit is the algorithm's (selfevolve/objectives/): the trainer calls its objective's
+    stack.enter_context(patched(trainer.objective, "credit", r.wrap(trainer.objective.credit, "credit")))
     for mod, fn, name in ((trainer_mod, "trajectory_records", "trajectory log"),
                           (trainer_mod, "expert_episodes", "expert episodes"),
                           (policy_mod, "generate", "generate (sampling, statistics)"),
