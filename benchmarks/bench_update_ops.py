@@ -46,7 +46,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = load_config(overrides=args.override)
-    model, tok = load_model(cfg.model.name, "fp32")
+    model, tok = load_model(cfg.model.name, cfg.model.dtype)  # auto: fp32 on a CPU; model.dtype=bf16 to compare
     policy = Policy(model, tok, lora=cfg.model.lora)
     policy.model.eval()
     R, L, P = args.rows, args.length, args.prefix

@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from selfevolve.errors import ConfigError
 from selfevolve.models.allocator import keep_freed_memory
+from selfevolve.models import decode_attention
 from selfevolve.models.compat import prefer_grouped_attention
 
 SMOLLM2 = "smollm2-135m"
@@ -57,8 +58,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    """``auto``: fp32 on CPU, bf16 on GPU. On this project's 2-core CPU the rollout (many small matrix products
-    at decode time) and the LoRA update both ran faster in fp32 than in bf16 (docs/benchmarks.md)."""
+    """``auto``: fp32 on a CPU, bf16 on a GPU. On a CPU with bf16 in hardware (AVX512-BF16 or AMX) the default
+    run is faster in bf16 but learned less on the seeds measured (docs/benchmarks.md, "bf16 on a CPU that
+    has it"), so fp32 stays the CPU's default there too; ``model.dtype=bf16`` asks for it. On a CPU without, bf16
+    is emulated and slower."""
     if dtype == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return DTYPES[dtype]
@@ -212,6 +215,7 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
     device = default_device()
     model.to(device)
     prefer_grouped_attention(device)
+    decode_attention.use_for(model)  # bf16 on a CPU: decode steps without torch's slow fused half-precision kernel
     if device.type == "cpu":
         keep_freed_memory()  # a CPU run reuses freed blocks instead of faulting them in again (allocator.py)
     model.eval()
