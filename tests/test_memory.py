@@ -11,6 +11,7 @@ import torch
 
 import selfevolve.models.recompute as recompute
 from selfevolve.config import load_config
+from selfevolve.models.loading import load_model
 from selfevolve.objectives.memory import activation_bytes_per_token, micro_batch_bound
 from selfevolve.objectives.samples import Row, collate, shared_prefix_len, turn_cuts
 from selfevolve.train.trainer import build_policy
@@ -90,6 +91,9 @@ def test_the_micro_batch_bound_from_the_activations_memory(policy):
     assert micro_batch_bound(policy.model, 4096, 2.5) == 4096
     assert micro_batch_bound(policy.model, 4096, None) == 4096
     assert micro_batch_bound(policy.model, 4096, 0.001) == 1_000_000 // per_token
+    # a bf16 body is counted at 4 bytes a number as well (its norms and fp32 adapters keep fp32 activations)
+    half = load_model("tiny", "bf16")[0]
+    assert micro_batch_bound(half, 4096, 0.001) == 1_000_000 // per_token
 
 
 def test_the_update_does_not_grow_the_heap_with_large_blocks():

@@ -26,11 +26,15 @@ def activation_bytes_per_token(layers: int, hidden: int, intermediate: int, byte
 
 def micro_batch_bound(model, micro_batch_tokens: int, micro_batch_gb: float | None) -> int:
     """The tokens a micro-batch of ``model``'s update may encode: ``micro_batch_tokens``, and no more than
-    ``micro_batch_gb`` of activations (None: no memory bound)."""
+    ``micro_batch_gb`` of activations (None: no memory bound).
+
+    A half-precision body is counted at 4 bytes a number all the same: what the backward keeps is much of it fp32
+    there too (the norms compute in fp32, the fp32 adapters keep fp32 copies of their inputs), and counting 2 bytes
+    let the default run in bf16 reach 4.1-4.2 GB against fp32's 3.5 (2026-11-29, docs/benchmarks.md)."""
     if micro_batch_gb is None:
         return micro_batch_tokens
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     per_token = activation_bytes_per_token(config.num_hidden_layers, config.hidden_size,
                                            getattr(config, "intermediate_size", 4 * config.hidden_size),
-                                           next(model.parameters()).element_size())
+                                           max(4, next(model.parameters()).element_size()))
     return max(1, min(micro_batch_tokens, int(micro_batch_gb * 1e9 // per_token)))
