@@ -30,7 +30,9 @@ class ModelConfig(_Section):
         "Face id.",
     )
     dtype: Literal["auto", "bf16", "fp32", "fp16"] = Field(
-        "auto", description="Weights and compute dtype; auto = fp32 on CPU (faster here, see docs/benchmarks.md), bf16 on GPU."
+        "auto", description="Weights and compute dtype (the LoRA adapter and its optimizer stay fp32); auto = fp32 "
+        "on a CPU, bf16 on a GPU. On a CPU with bf16 in hardware (AVX512-BF16 or AMX) bf16 runs faster but learned "
+        "less on the seeds measured (docs/benchmarks.md, 'bf16 on a CPU that has it')."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     init_from: str | None = Field(
