@@ -87,6 +87,8 @@ def test_the_critic_prompt_is_rendered_in_the_models_chat_format():
     assert policy.tokenizer.decode(ids) == ("<|im_end|>\n<|im_start|>system\nCritic Mode! Evaluate the current "
                                             "state with a single expressive word:<|im_end|>\n<|im_start|>assistant\n")
     check_shadow_attention(policy)  # sdpa: fine
+    policy.model.get_base_model().config._attn_implementation = "selfevolve_decode"  # bf16 on a CPU: fine
+    check_shadow_attention(policy)
     policy.model.get_base_model().config._attn_implementation = "flash_attention_2"
     with pytest.raises(ConfigError, match="custom 4-D mask"):
         check_shadow_attention(policy)

@@ -29,6 +29,7 @@ import torch
 
 from selfevolve.agent.prompt import appended_turn_ids
 from selfevolve.errors import ConfigError
+from selfevolve.models.decode_attention import NAME as DECODE_ATTENTION
 from selfevolve.types import Trajectory
 
 CRITIC_PROMPT = "Critic Mode! Evaluate the current state with a single expressive word:"
@@ -44,7 +45,9 @@ def critic_prompt_ids(tokenizer, eot_id: int, text: str = CRITIC_PROMPT) -> list
     return [eot_id, *delta]
 
 
-MASK_ATTENTION = ("eager", "sdpa")  # attention implementations that take a custom 4-D mask
+# attention implementations that take a custom 4-D mask (decode_attention's hands every multi-query call to SDPA
+# and applies the mask to a single query)
+MASK_ATTENTION = ("eager", "sdpa", DECODE_ATTENTION)
 
 
 def check_shadow_attention(policy) -> None:
