@@ -30,7 +30,7 @@ def micro_batch_bound(model, micro_batch_tokens: int, micro_batch_gb: float | No
 
     A half-precision body is counted at 4 bytes a number all the same: what the backward keeps is much of it fp32
     there too (the norms compute in fp32, the fp32 adapters keep fp32 copies of their inputs), and counting 2 bytes
-    let the default run in bf16 reach 4.1-4.2 GB against fp32's 3.5 (2026-11-29, docs/benchmarks.md)."""
+    let the default run in bf16 peak at 4.00-4.15 GB against fp32's 3.48 (2026-11-29, docs/benchmarks.md)."""
     if micro_batch_gb is None:
         return micro_batch_tokens
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
