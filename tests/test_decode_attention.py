@@ -1,6 +1,7 @@
-"""One query's attention in half precision on the CPU (``models/decode_attention.py``): what it computes, and
+"""One query's attention in bf16 on the CPU (``models/decode_attention.py``): what it computes, and
 where it is used."""
 
+import pytest
 import torch
 
 from selfevolve.models import decode_attention
@@ -35,6 +36,9 @@ def test_single_query_attention_is_attention_with_grouped_heads_and_every_kind_o
     k2[0, :, :3] += 100.0
     torch.testing.assert_close(decode_attention.single_query_attention(q, k2, v, allowed, 0.5)[0],
                                decode_attention.single_query_attention(q, k, v, allowed, 0.5)[0])
+    # a mask over other positions than the keys is refused, not cut to fit
+    with pytest.raises(ValueError, match="mask over 8 positions for 7 keys"):
+        decode_attention.single_query_attention(q, k, v, torch.ones(B, 1, 1, L + 1, dtype=torch.bool), 0.5)
 
 
 def _logits(model, impl, ids, mask):

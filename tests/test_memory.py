@@ -91,7 +91,7 @@ def test_the_micro_batch_bound_from_the_activations_memory(policy):
     assert micro_batch_bound(policy.model, 4096, 2.5) == 4096
     assert micro_batch_bound(policy.model, 4096, None) == 4096
     assert micro_batch_bound(policy.model, 4096, 0.001) == 1_000_000 // per_token
-    # a bf16 body is counted at 4 bytes a number as well (its norms and fp32 adapters keep fp32 activations)
+    # a bf16 body on a CPU is counted at 4 bytes a number as well (its norms and fp32 adapters keep fp32 activations)
     half = load_model("tiny", "bf16")[0]
     assert micro_batch_bound(half, 4096, 0.001) == 1_000_000 // per_token
 

@@ -19,6 +19,7 @@ from selfevolve.envs import FrozenLakeEnv, make_env
 from selfevolve.errors import ConfigError
 from selfevolve.objectives.samples import build_rows, collate
 from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, td_target, turn_logprobs
+from selfevolve.models import decode_attention
 from selfevolve.objectives.self_ac.shadow import (build_shadow_episode, check_shadow_attention, collate_shadow,
                                                  critic_prompt_ids, critic_rows, final_state_ids, shadow_mask)
 from selfevolve.objectives.self_ac.update import episode_forward, episode_values, self_ac_losses, self_ac_update
@@ -87,7 +88,7 @@ def test_the_critic_prompt_is_rendered_in_the_models_chat_format():
     assert policy.tokenizer.decode(ids) == ("<|im_end|>\n<|im_start|>system\nCritic Mode! Evaluate the current "
                                             "state with a single expressive word:<|im_end|>\n<|im_start|>assistant\n")
     check_shadow_attention(policy)  # sdpa: fine
-    policy.model.get_base_model().config._attn_implementation = "selfevolve_decode"  # bf16 on a CPU: fine
+    policy.model.get_base_model().config._attn_implementation = decode_attention.NAME  # bf16 on a CPU: fine
     check_shadow_attention(policy)
     policy.model.get_base_model().config._attn_implementation = "flash_attention_2"
     with pytest.raises(ConfigError, match="custom 4-D mask"):

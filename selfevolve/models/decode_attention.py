@@ -1,4 +1,4 @@
-"""One query's attention on the CPU in half precision: two matrix products instead of torch's fused kernel.
+"""One query's attention on the CPU in bf16: two matrix products instead of torch's fused kernel.
 
 A decode step attends one new token per row to the whole key/value cache. On the CPU, torch's fused attention
 kernel (``scaled_dot_product_attention``) does that in bf16 many times slower than in fp32: on the AMD EPYC of
@@ -10,9 +10,9 @@ probabilities against its values, the softmax in fp32 — the same attention tak
 (``benchmarks/bench_decode_attention.py``; docs/benchmarks.md, "bf16 on a CPU that has it").
 
 :func:`attention` is registered with transformers as :data:`NAME`, with SDPA's masks; :func:`use_for` switches a
-model to it on the CPU in bf16 or fp16. Every call with more than one query (prefill, the update) goes to
-transformers' own SDPA function with the same arguments, so only decoding differs; fp32 models keep SDPA, and
-their results stay what they were.
+model to it on the CPU in bf16. Every call with more than one query (prefill, the update) goes to transformers'
+own SDPA function with the same arguments, so only decoding differs; fp32 models keep SDPA, and their results
+stay what they were. Not fp16: not measured, and its q·k products could overflow where SDPA accumulates in fp32.
 """
 
 from __future__ import annotations
@@ -23,31 +23,34 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "selfevolve_decode"
-HALF = (torch.bfloat16, torch.float16)
 
 
 def single_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
     """softmax(q·kᵀ·scaling + mask)·v for one query position: ``query [B, H, 1, D]``, ``key``/``value
     [B, Hkv, L, D]`` (H a multiple of Hkv: query head h reads key/value head h // (H / Hkv), as transformers'
-    ``repeat_kv`` lays them out), ``mask`` None, boolean (True: attend) or additive, broadcastable to
-    ``[B, 1, 1, L]``. Returns ``[B, 1, H, D]``, the layout transformers' attention functions return."""
+    ``repeat_kv`` lays them out), ``mask`` None, boolean (True: attend) or additive, ``[B, 1, 1, L]`` (the same
+    for every head) or broadcastable to it. Returns ``[B, 1, H, Dv]``, the layout transformers' attention functions
+    return."""
     B, H, _, D = query.shape
     Hkv, L = key.shape[1], key.shape[2]
     q = query.reshape(B, Hkv, H // Hkv, D)  # a group's query heads as the rows of one product with its keys
     scores = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scaling)  # [B, Hkv, H/Hkv, L]
     if mask is not None:
-        mask = mask[..., -L:]
+        if mask.shape[-1] != L:  # SDPA would refuse it too; never cut a mask to fit
+            raise ValueError(f"attention mask over {mask.shape[-1]} positions for {L} keys")
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
     out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # [B, Hkv, H/Hkv, D]
-    return out.reshape(B, 1, H, D)
+    return out.reshape(B, 1, H, value.shape[-1])
 
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
     """transformers' attention-function interface: one query per row with :func:`single_query_attention`, and
-    everything else (several queries, dropout, soft-capping, attention weights asked for) by SDPA."""
+    everything else (several queries, dropout, soft-capping, a position bias, a mask per head, attention weights
+    asked for) by SDPA."""
     if (query.shape[2] == 1 and dropout == 0.0 and kwargs.get("softcap") is None
-            and not kwargs.get("output_attentions", False)):
+            and kwargs.get("position_bias") is None and not kwargs.get("output_attentions", False)
+            and (attention_mask is None or attention_mask.dim() < 4 or attention_mask.shape[1] == 1)):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return single_query_attention(query, key, value, attention_mask, scale), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -59,10 +62,10 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA gets, so that
 
 
 def use_for(model) -> bool:
-    """Switch ``model`` (loaded, on its device) to :data:`NAME` where it helps: on the CPU, in bf16 or fp16, when
-    it attends with SDPA. Returns whether it did."""
+    """Switch ``model`` (loaded, on its device) to :data:`NAME` where it helps: on the CPU, in bf16, when it
+    attends with SDPA. Returns whether it did."""
     param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype not in HALF or model.config._attn_implementation != "sdpa":
+    if param.device.type != "cpu" or param.dtype != torch.bfloat16 or model.config._attn_implementation != "sdpa":
         return False
     model.config._attn_implementation = NAME
     return True

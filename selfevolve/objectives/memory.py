@@ -24,17 +24,22 @@ def activation_bytes_per_token(layers: int, hidden: int, intermediate: int, byte
     return layers * (12 * hidden + 4 * intermediate) * bytes_per_number
 
 
+def _bytes_per_number(param) -> int:
+    return max(4, param.element_size()) if param.device.type == "cpu" else param.element_size()
+
+
 def micro_batch_bound(model, micro_batch_tokens: int, micro_batch_gb: float | None) -> int:
     """The tokens a micro-batch of ``model``'s update may encode: ``micro_batch_tokens``, and no more than
     ``micro_batch_gb`` of activations (None: no memory bound).
 
-    A half-precision body is counted at 4 bytes a number all the same: what the backward keeps is much of it fp32
-    there too (the norms compute in fp32, the fp32 adapters keep fp32 copies of their inputs), and counting 2 bytes
-    let the default run in bf16 peak at 4.00-4.15 GB against fp32's 3.48 (2026-11-29, docs/benchmarks.md)."""
+    On a CPU a half-precision body is counted at 4 bytes a number all the same: what the backward keeps is much of
+    it fp32 there too (the norms compute in fp32, the fp32 adapters keep fp32 copies of their inputs), and counting
+    2 bytes let the default run in bf16 peak at 4.00-4.15 GB against fp32's 3.48 (2026-11-29, docs/benchmarks.md).
+    On a GPU the count stays the dtype's (not measured there; its memory is not a laptop's)."""
     if micro_batch_gb is None:
         return micro_batch_tokens
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     per_token = activation_bytes_per_token(config.num_hidden_layers, config.hidden_size,
                                            getattr(config, "intermediate_size", 4 * config.hidden_size),
-                                           max(4, next(model.parameters()).element_size()))
+                                           _bytes_per_number(next(model.parameters())))
     return max(1, min(micro_batch_tokens, int(micro_batch_gb * 1e9 // per_token)))
