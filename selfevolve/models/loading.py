@@ -58,10 +58,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    """``auto``: fp32 on a CPU, bf16 on a GPU. On a CPU with bf16 in hardware (AVX512-BF16 or AMX) the default
-    run is faster in bf16 but learned less on the seeds measured (docs/benchmarks.md, "bf16 on a CPU that
-    has it"), so fp32 stays the CPU's default there too; ``model.dtype=bf16`` asks for it. On a CPU without, bf16
-    is emulated and slower."""
+    """``auto``: fp32 on a CPU, bf16 on a GPU. On a CPU with fast bf16 (the EPYC of 2026-11-29, AVX512-BF16) the
+    default run is faster in bf16 but learned less on the seeds measured (docs/benchmarks.md, "bf16 on a CPU that
+    has it"), so fp32 stays the CPU's default there too; ``model.dtype=bf16`` asks for it. On the Xeon of
+    2026-11-21 bf16 was slower."""
     if dtype == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return DTYPES[dtype]
