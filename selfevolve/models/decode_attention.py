@@ -30,7 +30,7 @@ def single_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     """softmax(q·kᵀ·scaling + mask)·v for one query position: ``query [B, H, 1, D]``, ``key``/``value
     [B, Hkv, L, D]`` (H a multiple of Hkv: query head h reads key/value head h // (H / Hkv), as transformers'
     ``repeat_kv`` lays them out), ``mask`` None, boolean (True: attend) or additive, ``[B, 1, 1, L]`` (the same
-    for every head) or broadcastable to it. Returns ``[B, 1, H, Dv]``, the layout transformers' attention functions
+    for every head). Returns ``[B, 1, H, Dv]``, the layout transformers' attention functions
     return."""
     B, H, _, D = query.shape
     Hkv, L = key.shape[1], key.shape[2]
@@ -50,7 +50,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     asked for) by SDPA."""
     if (query.shape[2] == 1 and dropout == 0.0 and kwargs.get("softcap") is None
             and kwargs.get("position_bias") is None and not kwargs.get("output_attentions", False)
-            and (attention_mask is None or attention_mask.dim() < 4 or attention_mask.shape[1] == 1)):
+            and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return single_query_attention(query, key, value, attention_mask, scale), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
