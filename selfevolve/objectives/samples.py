@@ -126,6 +126,8 @@ def collate(rows: list[Row], pad_id: int, device=None, clip_high: float | None =
         "loss_mask": loss_mask,
         "value_mask": value_mask,
         "old_logprobs": torch.tensor(old, dtype=torch.float32),
+        # per generated token: its row was sampled with an experience block its prompt no longer holds
+        "guided": torch.tensor([r.guided for r in rows for _ in r.advantages], dtype=torch.bool),
         "advantages": torch.tensor(adv, dtype=torch.float32),
         "returns": torch.tensor(ret, dtype=torch.float32),
         "old_values": torch.tensor(vals, dtype=torch.float32),

@@ -28,8 +28,9 @@ from selfevolve.errors import SelfEvolveError
 from selfevolve.models.allocator import heap_not_grown_by_large_blocks
 from selfevolve.models.prefix_sharing import EncodedPrefix
 from selfevolve.models.tree_attention import supports_tree
+from selfevolve.objectives import old_logprobs
 from selfevolve.objectives.memory import micro_batch_bound
-from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatch_schedule, turn_cuts,
+from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatch_schedule, row_logprobs, turn_cuts,
                                            shared_prefix_len)
 
 
@@ -61,6 +62,12 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
     # The model stays in eval mode: gradients flow all the same, and no dropout makes the recomputed log-probs
     # differ from the ones that sampled.
     policy.model.eval()
+    # π_old from the trainer's own forward (objectives/old_logprobs.py): with one optimizer step, the update's
+    # forward itself; with several, one no-grad forward now
+    recompute = objective == "ppo" and old_logprobs.recomputes(policy, algo)
+    in_step = recompute and old_logprobs.one_step(algo)
+    if recompute and not in_step:
+        old_logprobs.restate(rows, lambda rs: row_logprobs(policy, rs, algo.micro_batch_tokens))
     for mb in minibatch_schedule(rows, algo, rng):
         n_tokens = sum(len(r.advantages) for r in mb)  # the token-mean's denominator, idle rows included
         n_turns = sum(len(r.returns) for r in mb)
@@ -93,9 +100,11 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
                     st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
                 continue
             ones = torch.ones_like(logp)[None]
+            sampled_kl = old_logprobs.sampler_kl(b["old_logprobs"], logp, b["guided"])
+            old = old_logprobs.current_as_old(b["old_logprobs"], logp, b["guided"]) if in_step else b["old_logprobs"]
             loss, st = ppo_clip_loss(
                 logp[None],
-                b["old_logprobs"][None],
+                old[None],
                 b["advantages"][None],
                 ones,
                 clip_low=algo.clip_low,
@@ -104,6 +113,8 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
                 dual_clip=algo.dual_clip,
             )
             st = {k: float(v) for k, v in st.items()}
+            if sampled_kl is not None:
+                st["update/sampler_kl"] = sampled_kl
             policy_loss = float(loss.detach())
             st["entropy"] = float(ent.mean())
             if algo.kl_coef > 0:

@@ -266,6 +266,7 @@ def collate_shadow(episodes: list[ShadowEpisode], pad_id: int, dtype: torch.dtyp
         "rewards": rewards, "turn_mask": turn_mask, "value_mask": value_mask, "value_idx": value_idx,
         "pred": torch.tensor(pred, dtype=torch.long), "target": torch.tensor(target, dtype=torch.long),
         "token_slot": torch.tensor(slot, dtype=torch.long), "old_logprobs": torch.tensor(old, dtype=torch.float32),
+        "guided": torch.tensor([e.guided for e in episodes for _ in e.target], dtype=torch.bool),  # per action token
     }
     if real_mask is not None:
         out["real_mask"] = real_mask

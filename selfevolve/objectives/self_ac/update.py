@@ -21,6 +21,7 @@ import random
 import torch
 
 from selfevolve.algos.loss import kl_penalty, ppo_clip_loss
+from selfevolve.objectives import old_logprobs
 from selfevolve.objectives.samples import micro_batches, minibatch_schedule
 from selfevolve.objectives.self_ac.critic import critic_loss, returns_and_advantages, turn_logprobs
 from selfevolve.objectives.self_ac.shadow import ShadowEpisode, actor_row, collate_shadow, critic_rows, forward_shadow
@@ -121,6 +122,11 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
     counts: dict[str, int] = {}
     params = policy.trainable_parameters()
     policy.model.eval()  # no dropout: the update must see the function that sampled
+    # π_old from the trainer's own forward (objectives/old_logprobs.py): the first forward itself, or one before
+    recompute = old_logprobs.recomputes(policy, algo)
+    in_step = recompute and old_logprobs.one_step(algo)
+    if recompute and not in_step:
+        old_logprobs.restate(episodes, lambda es: episode_logprobs(policy, es, algo.micro_batch_tokens))
     seen: set[int] = set()
     step_index = 0
     for mb in minibatch_schedule(episodes, algo, rng):
@@ -131,7 +137,12 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
         for chunk in micro_batches(mb, algo.micro_batch_tokens):
             batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True,
                                                        micro_batch_tokens=algo.micro_batch_tokens)
+            sampled_kl = old_logprobs.sampler_kl(batch["old_logprobs"], logp, batch["guided"])
+            if in_step:
+                batch["old_logprobs"] = old_logprobs.current_as_old(batch["old_logprobs"], logp, batch["guided"])
             losses, st = self_ac_losses(batch, logp, values, sac, algo)
+            if sampled_kl is not None:
+                st["update/sampler_kl"] = sampled_kl
             wc = sum(len(e.cp_end) for e in chunk) / max(n_values, 1)
             wa = sum(_actor_units(e, sac.ratio) for e in chunk) / max(n_actor, 1)
             loss = sac.alpha * wc * losses["critic"] + (1 - sac.alpha) * wa * losses["actor"]

@@ -1,0 +1,70 @@
+"""PPO's π_old: the log-probs the sampler recorded, or the trainer's own (``algo.old_logprobs``).
+
+The clipped ratio ρ = π_θ / π_old should measure how far the update has moved the policy. The sampler (the decode
+loop: one query per step over a key/value cache) and the trainer (one packed forward over the whole episode) are
+two computations of the same function. In fp32 they agree to ~1e-7: over the default run's 20 steps the first
+optimizer step's ratio averaged 1.0000004 (``approx_kl`` ~4e-7), so the sampled log-probs are π_old. In bf16 they
+round differently: on the CPU of 2026-11-29 the first step's ``approx_kl`` was 0.002–0.009 per token, up to 3.7 %
+of tokens were clipped before the policy had moved at all, and seven bf16 seeds learned less than fp32 (33.3 %
+against 42.6 % held out; docs/benchmarks.md, "bf16 on a CPU that has it"). The ratio then weighs tokens by
+rounding noise.
+
+``recompute`` takes π_old from the trainer's forward at the weights that sampled — the same restatement verl's
+"old_log_prob" makes before its update. With one optimizer step per batch (``algo.epochs × algo.minibatches``
+= 1, the default) those are the update's own log-probs, detached: no extra forward, the ratio is exactly 1 and its
+gradient that of log π_θ (:func:`current_as_old`). With several steps, one no-grad forward before the first
+restates them (:func:`restate`). ``auto`` recomputes where the model computes in half precision. Guided rows
+(self-navigating) keep theirs whatever the mode: their ratio is off-policy on purpose
+(``experience.old_logprobs``).
+
+Either way ``update/sampler_kl`` reports mean(log π_sampler − log π_θ) over the unguided tokens — at the first
+step, the k1 estimate of KL(sampler ‖ trainer) that rounding alone causes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MODES = ("auto", "sampled", "recompute")
+
+
+def half_precision(policy) -> bool:
+    """Whether the policy's body computes in bf16 or fp16 (its adapters stay fp32 either way)."""
+    body, _ = policy.body_and_head()
+    return body.get_input_embeddings().weight.dtype in (torch.bfloat16, torch.float16)
+
+
+def recomputes(policy, algo) -> bool:
+    """Whether the update takes π_old from the trainer's forward (``algo.old_logprobs``; ``auto``: in half
+    precision)."""
+    if algo.old_logprobs not in MODES:
+        raise ValueError(f"algo.old_logprobs={algo.old_logprobs!r}; allowed: {', '.join(MODES)}")
+    return half_precision(policy) if algo.old_logprobs == "auto" else algo.old_logprobs == "recompute"
+
+
+def one_step(algo) -> bool:
+    """One optimizer step per batch: the update's first forward runs at the weights that sampled."""
+    return algo.epochs * algo.minibatches == 1
+
+
+def current_as_old(sampled: torch.Tensor, current: torch.Tensor, keep_sampled: torch.Tensor) -> torch.Tensor:
+    """π_old per token: the update's own log-probs ``current``, detached, except where ``keep_sampled`` (guided
+    tokens), which keep ``sampled``. Only valid at the weights that sampled (:func:`one_step`)."""
+    return torch.where(keep_sampled, sampled.to(current.dtype), current.detach())
+
+
+def restate(items: list, logprobs_of) -> None:
+    """Before the first of several optimizer steps: every unguided item's (row's or episode's) ``old_logprobs``
+    becomes ``logprobs_of(those items)`` — the trainer's no-grad forward at the weights that sampled."""
+    plain = [it for it in items if not it.guided]
+    for it, lp in zip(plain, logprobs_of(plain) if plain else []):
+        it.old_logprobs = list(lp)
+
+
+def sampler_kl(sampled: torch.Tensor, current: torch.Tensor, keep_sampled: torch.Tensor) -> float | None:
+    """mean(log π_sampler − log π_θ) over the tokens not in ``keep_sampled``: the k1 estimate of KL(sampler ‖ θ);
+    None without such tokens."""
+    free = ~keep_sampled
+    if not bool(free.any()):
+        return None
+    return float((sampled.to(current.dtype) - current.detach())[free].float().mean())
