@@ -95,9 +95,9 @@ class AlgoConfig(_Section):
         "auto", description="π_old of the PPO ratio: the log-probs the sampler recorded (sampled) or the trainer's "
         "own forward at the weights that sampled (recompute: with one optimizer step per batch, the update's "
         "forward itself, detached, at no extra cost). auto: recompute where the model computes in bf16/fp16, whose "
-        "sampler and trainer round differently (approx_kl 0.002-0.009 per token before any update, measured in "
-        "bf16); sampled in fp32, where they agree to ~1e-7. Guided rows keep theirs (experience.old_logprobs). "
-        "objectives/old_logprobs.py.")
+        "sampler and trainer round differently (|approx_kl| 0.0027 per token on average at the weights that "
+        "sampled, measured in bf16); sampled in fp32, where they agree to ~1e-7. Guided rows keep theirs "
+        "(experience.old_logprobs). objectives/old_logprobs.py.")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference (base model, adapter off).")
     kl_kind: Literal["kl", "abs", "mse", "low_var_kl"] = Field("low_var_kl", description="KL estimator.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")

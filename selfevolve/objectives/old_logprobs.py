@@ -2,12 +2,13 @@
 
 The clipped ratio ρ = π_θ / π_old should measure how far the update has moved the policy. The sampler (the decode
 loop: one query per step over a key/value cache) and the trainer (one packed forward over the whole episode) are
-two computations of the same function. In fp32 they agree to ~1e-7: over the default run's 20 steps the first
-optimizer step's ratio averaged 1.0000004 (``approx_kl`` ~4e-7), so the sampled log-probs are π_old. In bf16 they
-round differently: on the CPU of 2026-11-29 the first step's ``approx_kl`` was 0.002–0.009 per token, up to 3.7 %
-of tokens were clipped before the policy had moved at all, and seven bf16 seeds learned less than fp32 (33.3 %
-against 42.6 % held out; docs/benchmarks.md, "bf16 on a CPU that has it"). The ratio then weighs tokens by
-rounding noise.
+two computations of the same function. In fp32 they agree to ~1e-7: in two default runs every step's ratio
+was within 8e-7 of 1 (the update takes one optimizer step, at the weights that sampled), so the sampled
+log-probs are π_old. In bf16 they round differently: over 140 steps of seven bf16 runs on the CPU of 2026-11-29,
+``approx_kl`` at the sampling weights averaged 0.0027 per token in size (−0.009 to 0.021), and 33 steps clipped
+tokens (up to 3.7 %) before the policy had moved at all: the ratio weighed tokens by rounding noise.
+Recomputing removes that, but did not make bf16 learn as fp32 does (docs/benchmarks.md, "π_old recomputed in
+bf16").
 
 ``recompute`` takes π_old from the trainer's forward at the weights that sampled — the same restatement verl's
 "old_log_prob" makes before its update. With one optimizer step per batch (``algo.epochs × algo.minibatches``
