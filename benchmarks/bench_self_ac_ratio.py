@@ -41,7 +41,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(overrides=[f"model.name={args.model}", f"env.name={args.env}", "agent.think=true",
                                  "agent.max_new_tokens=48", "algo.name=self_ac", f"algo.lr={args.lr}",
-                                 f"algo.minibatches={args.minibatches}"])
+                                 f"algo.minibatches={args.minibatches}",
+                                 # each call below is one epoch on the same episodes: π_old must stay the sampler's
+                                 # (recomputing would restate it at weights that have already moved)
+                                 "algo.old_logprobs=sampled"])
     policy = build_policy(cfg, value_head=value_head_kind(cfg))
     env_cls = ENVS[args.env]
     builder = build_prompt(cfg, policy, make_env(env_cls))

@@ -30,8 +30,12 @@ def test_current_as_old_and_the_sampler_kl_by_hand():
     ratio.sum().backward()
     # d ratio / d current = ratio: 1 where π_old is the detached current (∇ log π_θ), e^−0.2 at the guided token
     assert current.grad.tolist() == pytest.approx([1.0, float(torch.exp(torch.tensor(-0.2))), 1.0])
-    assert old_logprobs.sampler_kl(sampled, current, guided) == pytest.approx(0.05, abs=1e-6)
-    assert old_logprobs.sampler_kl(sampled, current, torch.ones(3, dtype=torch.bool)) is None
+    gap = old_logprobs.SamplerGap()
+    gap.add(sampled, current, guided)
+    assert gap.metrics()["update/sampler_kl"] == pytest.approx(0.05, abs=1e-6)
+    none = old_logprobs.SamplerGap()
+    none.add(sampled, current, torch.ones(3, dtype=torch.bool))
+    assert none.metrics() == {}  # no unguided token: nothing logged
 
 
 @pytest.fixture(scope="module")
@@ -86,23 +90,34 @@ def test_recompute_makes_the_first_ratio_one_and_steps_as_if_the_sampler_had_mat
 
 def test_recompute_over_several_steps_restates_unguided_rows_before_the_first(setting, monkeypatch):
     """Two minibatches: the first forward would not be at the sampling weights for the second, so one no-grad
-    forward restates π_old first — unguided rows only; a guided row keeps its sampled log-probs."""
+    forward restates π_old first — unguided rows only; a guided row keeps its sampled log-probs. sampler_kl is
+    measured by that forward: 0.1 (the shift of the unguided rows' sampled log-probs), not 0."""
     policy, trajs = setting
     rows = _rows(trajs, 0.1)
     rows[0].guided = True
     kept = list(rows[0].old_logprobs)
     truth = row_logprobs(policy, rows, 4096)
-    seen = []
-    monkeypatch.setattr(old_logprobs, "restate", lambda items, f: (seen.append(len(items)),
-                                                                   restate(items, f))[1])
-    _update(policy, rows, "recompute", "algo.minibatches=2")
-    assert seen == [len(rows)]
+    calls = []
+    restate = old_logprobs.restate
+    monkeypatch.setattr(old_logprobs, "restate", lambda items, *a: calls.append(len(items)) or restate(items, *a))
+    st, _ = _update(policy, rows, "recompute", "algo.minibatches=2")
+    assert calls == [len(rows)]
     assert rows[0].old_logprobs == kept
     for r, lp in zip(rows[1:], truth[1:]):
         assert r.old_logprobs == pytest.approx(lp, abs=1e-5)
+    assert st["update/sampler_kl"] == pytest.approx(0.1, abs=1e-4)
 
 
-restate = old_logprobs.restate
+def test_a_guided_row_keeps_its_sampled_log_probs_in_the_one_step_update(setting):
+    """All rows guided (self-navigating's off-policy rows): ``recompute`` leaves their ratio as sampled, e^−0.1
+    for a sampled log-prob 0.1 above the trainer's, and there is no unguided token to log sampler_kl over."""
+    policy, trajs = setting
+    rows = _rows(trajs, 0.1)
+    for r in rows:
+        r.guided = True
+    st, _ = _update(policy, rows, "recompute")
+    assert st["ratio_mean"] == pytest.approx(float(torch.exp(torch.tensor(-0.1))), rel=1e-4)
+    assert "update/sampler_kl" not in st
 
 
 def test_auto_recomputes_in_half_precision_only():

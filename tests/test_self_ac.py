@@ -310,19 +310,24 @@ def test_empty_actions_and_empty_episodes_are_harmless(rollouts):
 
 def test_recomputed_old_logprobs_make_the_first_ratio_one(rollouts):
     """``algo.old_logprobs`` in Self-AC's update (objectives/old_logprobs.py): episodes whose sampled log-probs sit
-    0.1 above the trainer's give a first ratio of e^−0.1 with ``sampled`` and exactly 1 with ``recompute``;
-    ``update/sampler_kl`` reports the 0.1 either way."""
+    0.1 above the trainer's give a first ratio of e^−0.1 with ``sampled`` and exactly 1 with ``recompute``; over
+    two optimizer steps, ``recompute`` restates them to the trainer's first (here the sampler's own, fp32);
+    ``update/sampler_kl`` reports the 0.1 in every case."""
     import copy
 
     policy, _, eps = rollouts["null"]
     state = {k: v.clone() for k, v in policy.adapter_state().items()}
-    for mode, ratio in (("sampled", math.exp(-0.1)), ("recompute", 1.0)):
+    for mode, ratio, steps in (("sampled", math.exp(-0.1), 1), ("recompute", 1.0, 1), ("recompute", None, 2)):
         shifted = [copy.deepcopy(e) for e in eps]
         for e in shifted:
             e.old_logprobs = [x + 0.1 for x in e.old_logprobs]
-        cfg = load_config(overrides=["algo.name=self_ac", f"algo.old_logprobs={mode}"])
+        cfg = load_config(overrides=["algo.name=self_ac", f"algo.old_logprobs={mode}", f"algo.minibatches={steps}"])
         st = self_ac_update(policy, torch.optim.SGD(policy.trainable_parameters(), lr=0.1), shifted, cfg.algo,
                             random.Random(0))
         policy.load_adapter_state(state)
-        assert st["ratio_mean"] == pytest.approx(ratio, rel=1e-4), mode
+        if ratio is not None:
+            assert st["ratio_mean"] == pytest.approx(ratio, rel=1e-4), mode
+        else:  # two steps: π_old restated by one forward before the first, which measures the sampler's gap
+            for e, sampled in zip(shifted, eps):
+                assert e.old_logprobs == pytest.approx(sampled.old_logprobs, rel=1e-5, abs=1e-5)  # fp32 noise
         assert st["update/sampler_kl"] == pytest.approx(0.1, abs=1e-4), mode

@@ -14,19 +14,21 @@ bf16").
 "old_log_prob" makes before its update. With one optimizer step per batch (``algo.epochs × algo.minibatches``
 = 1, the default) those are the update's own log-probs, detached: no extra forward, the ratio is exactly 1 and its
 gradient that of log π_θ (:func:`current_as_old`). With several steps, one no-grad forward before the first
-restates them (:func:`restate`). ``auto`` recomputes where the model computes in half precision. Guided rows
-(self-navigating) keep theirs whatever the mode: their ratio is off-policy on purpose
-(``experience.old_logprobs``).
+restates them (:func:`restate`); that forward encodes the rows plainly, not as the update's tree of turns, so in
+half precision the first step's ratio is 1 only to that rounding (not measured). ``auto`` recomputes where the
+model computes in half precision. Guided rows (self-navigating) keep theirs whatever the mode: their ratio is
+off-policy on purpose (``experience.old_logprobs``).
 
-Either way ``update/sampler_kl`` reports mean(log π_sampler − log π_θ) over the unguided tokens — at the first
-step, the k1 estimate of KL(sampler ‖ trainer) that rounding alone causes.
+In every mode ``update/sampler_kl`` reports mean(log π_sampler − log π_trainer) over the unguided tokens at the
+weights that sampled (the first optimizer step, or the restating forward): the k1 estimate of
+KL(sampler ‖ trainer) that rounding alone causes (:class:`SamplerGap`).
 """
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-MODES = ("auto", "sampled", "recompute")
+import torch
 
 
 def half_precision(policy) -> bool:
@@ -38,8 +40,6 @@ def half_precision(policy) -> bool:
 def recomputes(policy, algo) -> bool:
     """Whether the update takes π_old from the trainer's forward (``algo.old_logprobs``; ``auto``: in half
     precision)."""
-    if algo.old_logprobs not in MODES:
-        raise ValueError(f"algo.old_logprobs={algo.old_logprobs!r}; allowed: {', '.join(MODES)}")
     return half_precision(policy) if algo.old_logprobs == "auto" else algo.old_logprobs == "recompute"
 
 
@@ -54,18 +54,30 @@ def current_as_old(sampled: torch.Tensor, current: torch.Tensor, keep_sampled: t
     return torch.where(keep_sampled, sampled.to(current.dtype), current.detach())
 
 
-def restate(items: list, logprobs_of) -> None:
+@dataclass
+class SamplerGap:
+    """Σ (log π_sampler − log π_trainer) and the count over unguided tokens, at the weights that sampled: its mean
+    is the k1 estimate of KL(sampler ‖ trainer), logged as ``update/sampler_kl``."""
+
+    total: float = 0.0
+    tokens: int = 0
+
+    def add(self, sampled: torch.Tensor, current: torch.Tensor, keep_sampled: torch.Tensor) -> None:
+        free = ~keep_sampled
+        self.total += float((sampled.to(current.dtype) - current.detach())[free].double().sum())
+        self.tokens += int(free.sum())
+
+    def metrics(self) -> dict[str, float]:
+        return {"update/sampler_kl": self.total / self.tokens} if self.tokens else {}
+
+
+def restate(items: list, logprobs_of, gap: SamplerGap | None = None) -> None:
     """Before the first of several optimizer steps: every unguided item's (row's or episode's) ``old_logprobs``
-    becomes ``logprobs_of(those items)`` — the trainer's no-grad forward at the weights that sampled."""
+    becomes ``logprobs_of(those items)`` — the trainer's no-grad forward at the weights that sampled; ``gap`` adds
+    what the sampler's differed by."""
     plain = [it for it in items if not it.guided]
     for it, lp in zip(plain, logprobs_of(plain) if plain else []):
+        if gap is not None:
+            new = torch.tensor(lp, dtype=torch.float64)
+            gap.add(torch.tensor(it.old_logprobs, dtype=torch.float64), new, torch.zeros(len(lp), dtype=torch.bool))
         it.old_logprobs = list(lp)
-
-
-def sampler_kl(sampled: torch.Tensor, current: torch.Tensor, keep_sampled: torch.Tensor) -> float | None:
-    """mean(log π_sampler − log π_θ) over the tokens not in ``keep_sampled``: the k1 estimate of KL(sampler ‖ θ);
-    None without such tokens."""
-    free = ~keep_sampled
-    if not bool(free.any()):
-        return None
-    return float((sampled.to(current.dtype) - current.detach())[free].float().mean())

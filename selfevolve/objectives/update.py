@@ -66,8 +66,10 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
     # forward itself; with several, one no-grad forward now
     recompute = objective == "ppo" and old_logprobs.recomputes(policy, algo)
     in_step = recompute and old_logprobs.one_step(algo)
-    if recompute and not in_step:
-        old_logprobs.restate(rows, lambda rs: row_logprobs(policy, rs, algo.micro_batch_tokens))
+    gap = old_logprobs.SamplerGap()  # the sampler's log-probs against the trainer's, at the weights that sampled
+    if recompute and not in_step:  # only the rows the forwards below will run
+        old_logprobs.restate([r for r in rows if any(r.advantages)] if skip_idle else rows,
+                             lambda rs: row_logprobs(policy, rs, algo.micro_batch_tokens), gap)
     for mb in minibatch_schedule(rows, algo, rng):
         n_tokens = sum(len(r.advantages) for r in mb)  # the token-mean's denominator, idle rows included
         n_turns = sum(len(r.returns) for r in mb)
@@ -100,7 +102,8 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
                     st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
                 continue
             ones = torch.ones_like(logp)[None]
-            sampled_kl = old_logprobs.sampler_kl(b["old_logprobs"], logp, b["guided"])
+            if count == 0 and (in_step or not recompute):  # the first step: at the weights that sampled
+                gap.add(b["old_logprobs"], logp, b["guided"])
             old = old_logprobs.current_as_old(b["old_logprobs"], logp, b["guided"]) if in_step else b["old_logprobs"]
             loss, st = ppo_clip_loss(
                 logp[None],
@@ -113,8 +116,6 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
                 dual_clip=algo.dual_clip,
             )
             st = {k: float(v) for k, v in st.items()}
-            if sampled_kl is not None:
-                st["update/sampler_kl"] = sampled_kl
             policy_loss = float(loss.detach())
             st["entropy"] = float(ent.mean())
             if algo.kl_coef > 0:
@@ -148,7 +149,7 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
         for k, v in st_mb.items():
             sums[k] = sums.get(k, 0.0) + v
         count += 1
-    return {k: v / max(count, 1) for k, v in sums.items()}
+    return {**{k: v / max(count, 1) for k, v in sums.items()}, **gap.metrics()}
 
 
 def encoded_prefix(policy, ids: list[int]) -> EncodedPrefix | None:
