@@ -5,7 +5,8 @@ The record was written by the code before a restructuring (the objectives, the s
 trajectories of issue 40), with ``python tests/test_recorded_runs.py --record``, and written again at 3febb80 (main
 with the content-disjoint held-out splits, before issue 40's branch and the suites' were merged into it) and at
 5f45261 (the update's shared prefix encoded once for all micro-batches: one run's step-2 metrics moved in the 7th
-digit, every trajectory digest stayed); a change that is meant to keep behaviour must keep these runs identical. Between them they pass through every estimator and update (GRPO, RLOO,
+digit, every trajectory digest stayed), and at 42dd5c0 (the metric ``update/sampler_kl`` added to every step with
+an update; nothing else moved); a change that is meant to keep behaviour must keep these runs identical. Between them they pass through every estimator and update (GRPO, RLOO,
 GiGPO, PPO, Self-AC both forwards and both ratios), SELAUR shaping, filtering, the KL term, the warm start, step
 attribution, the judge, every search strategy with every value scorer, SEER recall and self-navigating.
 
