@@ -21,7 +21,7 @@ off-policy on purpose (``experience.old_logprobs``).
 
 In every mode ``update/sampler_kl`` reports mean(log π_sampler − log π_trainer) over the unguided tokens at the
 weights that sampled (the first optimizer step, or the restating forward): the k1 estimate of
-KL(sampler ‖ trainer) that rounding alone causes (:class:`SamplerGap`).
+KL(sampler ‖ trainer) that rounding alone causes (:class:`SamplerGap`). :class:`PiOld` is what an update calls.
 """
 
 from __future__ import annotations
@@ -81,3 +81,26 @@ def restate(items: list, logprobs_of, gap: SamplerGap | None = None) -> None:
             new = torch.tensor(lp, dtype=torch.float64)
             gap.add(torch.tensor(it.old_logprobs, dtype=torch.float64), new, torch.zeros(len(lp), dtype=torch.bool))
         it.old_logprobs = list(lp)
+
+
+class PiOld:
+    """π_old for one update's optimizer steps: restates ``items`` first when it must (several steps, recomputing),
+    then gives each micro-batch its π_old (:meth:`of`) and measures the sampler's gap at the first step."""
+
+    def __init__(self, policy, algo, items: list, logprobs_of):
+        recompute = recomputes(policy, algo)
+        self.in_step = recompute and one_step(algo)
+        self.restated = recompute and not self.in_step
+        self.gap = SamplerGap()
+        if self.restated:
+            restate(items, logprobs_of, self.gap)
+
+    def of(self, step: int, sampled: torch.Tensor, current: torch.Tensor, guided: torch.Tensor) -> torch.Tensor:
+        """π_old of a micro-batch of optimizer step ``step`` (0 first): ``sampled`` (the items' ``old_logprobs``),
+        or the update's own log-probs ``current`` where they replace them (:func:`current_as_old`)."""
+        if step == 0 and not self.restated:  # at the weights that sampled
+            self.gap.add(sampled, current, guided)
+        return current_as_old(sampled, current, guided) if self.in_step else sampled
+
+    def metrics(self) -> dict[str, float]:
+        return self.gap.metrics()

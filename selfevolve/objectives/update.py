@@ -62,14 +62,10 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
     # The model stays in eval mode: gradients flow all the same, and no dropout makes the recomputed log-probs
     # differ from the ones that sampled.
     policy.model.eval()
-    # π_old from the trainer's own forward (objectives/old_logprobs.py): with one optimizer step, the update's
-    # forward itself; with several, one no-grad forward now
-    recompute = objective == "ppo" and old_logprobs.recomputes(policy, algo)
-    in_step = recompute and old_logprobs.one_step(algo)
-    gap = old_logprobs.SamplerGap()  # the sampler's log-probs against the trainer's, at the weights that sampled
-    if recompute and not in_step:  # only the rows the forwards below will run
-        old_logprobs.restate([r for r in rows if any(r.advantages)] if skip_idle else rows,
-                             lambda rs: row_logprobs(policy, rs, algo.micro_batch_tokens), gap)
+    pi_old = None  # π_old: the sampler's log-probs or the trainer's (objectives/old_logprobs.py)
+    if objective == "ppo":
+        live = [r for r in rows if any(r.advantages)] if skip_idle else rows  # restated: only the rows run below
+        pi_old = old_logprobs.PiOld(policy, algo, live, lambda rs: row_logprobs(policy, rs, algo.micro_batch_tokens))
     for mb in minibatch_schedule(rows, algo, rng):
         n_tokens = sum(len(r.advantages) for r in mb)  # the token-mean's denominator, idle rows included
         n_turns = sum(len(r.returns) for r in mb)
@@ -102,9 +98,7 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
                     st_mb[k] = st_mb.get(k, 0.0) + logp.numel() / n_tokens * v
                 continue
             ones = torch.ones_like(logp)[None]
-            if count == 0 and (in_step or not recompute):  # the first step: at the weights that sampled
-                gap.add(b["old_logprobs"], logp, b["guided"])
-            old = old_logprobs.current_as_old(b["old_logprobs"], logp, b["guided"]) if in_step else b["old_logprobs"]
+            old = pi_old.of(count, b["old_logprobs"], logp, b["guided"])
             loss, st = ppo_clip_loss(
                 logp[None],
                 old[None],
@@ -149,7 +143,7 @@ def _update(policy, optimizer, rows: list[Row], algo, rng: random.Random, object
         for k, v in st_mb.items():
             sums[k] = sums.get(k, 0.0) + v
         count += 1
-    return {**{k: v / max(count, 1) for k, v in sums.items()}, **gap.metrics()}
+    return {**{k: v / max(count, 1) for k, v in sums.items()}, **(pi_old.metrics() if pi_old else {})}
 
 
 def encoded_prefix(policy, ids: list[int]) -> EncodedPrefix | None:

@@ -122,12 +122,9 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
     counts: dict[str, int] = {}
     params = policy.trainable_parameters()
     policy.model.eval()  # no dropout: the update must see the function that sampled
-    # π_old from the trainer's own forward (objectives/old_logprobs.py): the first forward itself, or one before
-    recompute = old_logprobs.recomputes(policy, algo)
-    in_step = recompute and old_logprobs.one_step(algo)
-    gap = old_logprobs.SamplerGap()  # the sampler's log-probs against the trainer's, at the weights that sampled
-    if recompute and not in_step:
-        old_logprobs.restate(episodes, lambda es: episode_logprobs(policy, es, algo.micro_batch_tokens), gap)
+    # π_old: the sampler's log-probs or the trainer's (objectives/old_logprobs.py)
+    pi_old = old_logprobs.PiOld(policy, algo, episodes,
+                                lambda es: episode_logprobs(policy, es, algo.micro_batch_tokens))
     seen: set[int] = set()
     step_index = 0
     for mb in minibatch_schedule(episodes, algo, rng):
@@ -138,10 +135,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
         for chunk in micro_batches(mb, algo.micro_batch_tokens):
             batch, logp, ent, values = episode_forward(policy, chunk, sac.forward, with_entropy=True,
                                                        micro_batch_tokens=algo.micro_batch_tokens)
-            if step_index == 0 and (in_step or not recompute):  # the first step: at the weights that sampled
-                gap.add(batch["old_logprobs"], logp, batch["guided"])
-            if in_step:
-                batch["old_logprobs"] = old_logprobs.current_as_old(batch["old_logprobs"], logp, batch["guided"])
+            batch["old_logprobs"] = pi_old.of(step_index, batch["old_logprobs"], logp, batch["guided"])
             losses, st = self_ac_losses(batch, logp, values, sac, algo)
             wc = sum(len(e.cp_end) for e in chunk) / max(n_values, 1)
             wa = sum(_actor_units(e, sac.ratio) for e in chunk) / max(n_actor, 1)
@@ -168,7 +162,7 @@ def self_ac_update(policy, optimizer, episodes: list[ShadowEpisode], algo, rng: 
         for k, v in st_mb.items():
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
-    return {**{k: v / counts[k] for k, v in sums.items()}, **gap.metrics()}
+    return {**{k: v / counts[k] for k, v in sums.items()}, **pi_old.metrics()}
 
 
 @torch.no_grad()
