@@ -12,7 +12,8 @@ from selfevolve.config import Config
 from selfevolve.envs import check_env_config, env_class
 from selfevolve.envs.base import TextEnv
 from selfevolve.errors import ConfigError
-from selfevolve.models.loading import load_model
+from selfevolve.models import decode_attention
+from selfevolve.models.loading import DTYPES, load_model
 from selfevolve.models.policy import Policy
 
 
@@ -37,9 +38,22 @@ def build_policy(cfg: Config, value_head: str | None = None) -> Policy:
     policy = Policy(model, tok, lora=cfg.model.lora, temperature=cfg.agent.temperature,
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
+    sample_in_other_precision(policy, cfg.model)
     if value_head is not None:
         policy.attach_value_head(value_head)
     return policy
+
+
+def sample_in_other_precision(policy: Policy, model_cfg) -> None:
+    """``model.sampler_dtype``: generation in bf16 while the update keeps the model's fp32
+    (``models/sampler_precision.py``); nothing where the model computes in that precision already."""
+    if model_cfg.sampler_dtype == "same":
+        return
+    dtype = DTYPES[model_cfg.sampler_dtype]
+    if next(policy.model.parameters()).dtype == dtype:
+        return
+    policy.sample_in(dtype)
+    decode_attention.use_for(policy.model, dtype)
 
 
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:

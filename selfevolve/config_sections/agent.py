@@ -34,6 +34,12 @@ class ModelConfig(_Section):
         "on a CPU, bf16 on a GPU. On a CPU with fast bf16 (the EPYC of 2026-11-29, AVX512-BF16) bf16 ran the default "
         "run 1.24x faster but learned less on the seeds measured (docs/benchmarks.md, 'bf16 on a CPU that has it')."
     )
+    sampler_dtype: Literal["same", "bf16"] = Field(
+        "same", description="The precision generation runs in (rollouts, evaluations, exploration): 'same' as "
+        "model.dtype, or 'bf16' with the update in fp32 (a bf16 copy of the frozen base, 0.27 GB for SmolLM2-135M; "
+        "the adapter is shared; PPO's pi_old is recomputed). Needs model.dtype fp32 (or auto resolving to it). "
+        "Measured in docs/benchmarks.md, 'Sampling in bf16, the update in fp32'."
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     init_from: str | None = Field(
         None,
@@ -48,6 +54,14 @@ class ModelConfig(_Section):
         "weight by about the learning rate, whatever its gradient's size). The learning rate and weight decay "
         "stay this run's. evolve.carry_optimizer sets it for rounds 1.. .",
     )
+
+    @model_validator(mode="after")
+    def _sampler_dtype_needs_fp32(self):
+        if self.sampler_dtype != "same" and self.dtype == "fp16":
+            raise ValueError(f"model.sampler_dtype={self.sampler_dtype!r} samples in bf16 while the update keeps "
+                             f"fp32; model.dtype='fp16' has no fp32 update: set model.dtype to fp32 or auto, or "
+                             f"model.sampler_dtype='same'")
+        return self
 
     @model_validator(mode="after")
     def _optimizer_needs_an_adapter(self):

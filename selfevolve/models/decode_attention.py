@@ -12,7 +12,8 @@ probabilities against its values, the softmax in fp32 — the same attention tak
 :func:`attention` is registered with transformers as :data:`NAME`, with SDPA's masks; :func:`use_for` switches a
 model to it on the CPU in bf16. Every call with more than one query (prefill, the update) goes to transformers'
 own SDPA function with the same arguments, so only decoding differs; fp32 models keep SDPA, and their results
-stay what they were. Not fp16: not measured, and its q·k products could overflow where SDPA accumulates in fp32.
+stay what they were (as do the fp32 calls of a model that samples in bf16 and updates in fp32). Not fp16: not
+measured, and its q·k products could overflow where SDPA accumulates in fp32.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     """transformers' attention-function interface: one query per row with :func:`single_query_attention`, and
     everything else (several queries, dropout, soft-capping, a position bias, a mask per head, attention weights
     asked for) by SDPA."""
-    if (query.shape[2] == 1 and dropout == 0.0 and kwargs.get("softcap") is None
+    if (query.shape[2] == 1 and query.dtype == torch.bfloat16 and dropout == 0.0 and kwargs.get("softcap") is None
             and kwargs.get("position_bias") is None and not kwargs.get("output_attentions", False)
             and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
@@ -61,11 +62,13 @@ AttentionInterface.register(NAME, attention)
 AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA gets, so that prefill and update are unchanged
 
 
-def use_for(model) -> bool:
-    """Switch ``model`` (loaded, on its device) to :data:`NAME` where it helps: on the CPU, in bf16, when it
-    attends with SDPA. Returns whether it did."""
+def use_for(model, dtype: torch.dtype | None = None) -> bool:
+    """Switch ``model`` (loaded, on its device) to :data:`NAME` where it helps: on the CPU, when it computes in
+    bf16 (its weights', or ``dtype``: the precision it samples in, ``models/sampler_precision.py``) and attends
+    with SDPA. Returns whether it did. Calls in any other dtype still go to SDPA (:func:`attention`)."""
     param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype != torch.bfloat16 or model.config._attn_implementation != "sdpa":
+    if (param.device.type != "cpu" or (dtype or param.dtype) != torch.bfloat16
+            or model.config._attn_implementation != "sdpa"):
         return False
     model.config._attn_implementation = NAME
     return True

@@ -25,6 +25,7 @@ from selfevolve.models.compat import cache_kwargs
 from selfevolve.models.generation import KVState, extend_cache, generate, read_values
 from selfevolve.models.prefix_sharing import encode_rows
 from selfevolve.models.sampler import Generation
+from selfevolve.models.sampler_precision import SamplerWeights
 from selfevolve.models.value_head import ValueHead
 from selfevolve.models.window_masks import windowed
 
@@ -80,6 +81,7 @@ class Policy:
             )
         self.model = model
         self.value_head: ValueHead | None = None
+        self.sampler_weights: SamplerWeights | None = None  # set by :meth:`sample_in`
         self.constraint_factory = None  # set by :meth:`constrained`
         self.stop_ids = end_of_turn_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -122,7 +124,7 @@ class Policy:
         factory = getattr(self, "constraint_factory", None)
         if constraint is None and factory is not None:
             constraint = factory(len(prompts))
-        with self._eval_mode():
+        with self._eval_mode(), self.sampling():
             reuse = state is not None and state.extends(prompts)
             prefix = self._shared_prefix(prompts) if share_prefix and not reuse else None
             return generate(
@@ -166,18 +168,27 @@ class Policy:
         ``generation.read_values``)."""
         if self.value_head is None:
             raise ConfigError("reading state values needs a value head (algo.name=self_ac or ppo)")
-        with self._eval_mode():
+        with self._eval_mode(), self.sampling():
             body, _ = self.body_and_head()
             return read_values(body, self.value_head, prompts, suffix, state)
 
     def prefill(self, prompts: list[list[int]], state: KVState | None = None, share_prefix: bool = True):
         """``(state, tokens encoded)``: each prompt but its last token encoded into a cache (over ``state`` when
         the prompts extend it), ready for :meth:`generate` — and for copying to several candidates first."""
-        with self._eval_mode():
+        with self._eval_mode(), self.sampling():
             body, _ = self.body_and_head()
             prefix = self._shared_prefix(prompts) if share_prefix and state is None else None
             _, new_state, encoded = extend_cache(body, prompts, [], state, prefix_ids=prefix)
             return new_state, encoded
+
+    def sample_in(self, dtype: torch.dtype) -> None:
+        """Generate (:meth:`generate`, :meth:`prefill`, :meth:`state_values`) with the frozen base in ``dtype``
+        while the update keeps the model's own (``model.sampler_dtype``; ``models/sampler_precision.py``)."""
+        self.sampler_weights = SamplerWeights(self.model, dtype)
+
+    def sampling(self):
+        """The block in which generation runs: the sampler's precision where :meth:`sample_in` set one."""
+        return self.sampler_weights.active() if self.sampler_weights is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def _eval_mode(self):

@@ -16,7 +16,8 @@ bf16").
 gradient that of log π_θ (:func:`current_as_old`). With several steps, one no-grad forward before the first
 restates them (:func:`restate`); that forward encodes the rows plainly, not as the update's tree of turns, so in
 half precision the first step's ratio is 1 only to that rounding (not measured). ``auto`` recomputes where the
-model computes in half precision. Guided rows (self-navigating) keep theirs whatever the mode: their ratio is
+model computes in half precision, or samples in it (``model.sampler_dtype``). Guided rows (self-navigating) keep
+theirs whatever the mode: their ratio is
 off-policy on purpose (``experience.old_logprobs``).
 
 In every mode ``update/sampler_kl`` reports mean(log π_sampler − log π_trainer) over the unguided tokens at the
@@ -39,8 +40,10 @@ def half_precision(policy) -> bool:
 
 def recomputes(policy, algo) -> bool:
     """Whether the update takes π_old from the trainer's forward (``algo.old_logprobs``; ``auto``: in half
-    precision)."""
-    return half_precision(policy) if algo.old_logprobs == "auto" else algo.old_logprobs == "recompute"
+    precision, or where the sampler computes in another precision than the update, ``model.sampler_dtype``)."""
+    if algo.old_logprobs == "auto":
+        return half_precision(policy) or getattr(policy, "sampler_weights", None) is not None
+    return algo.old_logprobs == "recompute"
 
 
 def one_step(algo) -> bool:

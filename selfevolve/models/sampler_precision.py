@@ -1,0 +1,60 @@
+"""Sampling in another precision than the update (``model.sampler_dtype``): the frozen base held twice.
+
+On a CPU with fast bf16 (the AMD EPYC of 2026-11-29, AVX512-BF16) generation runs about 1.4x faster in bf16 than
+in fp32, the update only 1.09x, and a whole default run in bf16 learned less than in fp32 (docs/benchmarks.md,
+"bf16 on a CPU that has it"). The same bf16 model evaluated its fp32-trained adapters as fp32 did, and the update's
+LoRA gradients in bf16 point where fp32's do (cosine 0.998 on the warm start's batch), so where the loss comes
+from is not settled. Sampling in bf16 and updating in fp32 keeps generation's speed and the update's precision,
+and it separates the two: its learning is measured in docs/benchmarks.md, "Sampling in bf16, the update in fp32".
+
+Only the base model is held twice: its weights never change (LoRA trains the adapter alone), so the second copy
+is made once, at load, and never synchronised. The adapter's weights (fp32, as peft keeps them) are the same
+tensors in both precisions: what the update changes, the next rollout samples with. :meth:`SamplerWeights.active`
+points every frozen parameter at its copy in the sampler's dtype for the duration of a block and back after;
+nothing is converted while sampling, and the cost is the copy's memory (0.27 GB for SmolLM2-135M in bf16).
+
+The sampler's log-probs then differ from the update's by the rounding of bf16; ``algo.old_logprobs=auto``
+recomputes π_old for that reason (``objectives/old_logprobs.py``), and ``update/sampler_kl`` shows the gap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+class SamplerWeights:
+    """The frozen parameters of ``model`` and a copy of each in ``dtype``; trainable ones (the adapter, a value
+    head) are left alone and shared."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+        self.dtype = dtype
+        seen: set[int] = set()
+        self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = []
+        for p in model.parameters():  # tied weights (embedding and head) are one parameter, listed once
+            if p.requires_grad or id(p) in seen or not p.is_floating_point():
+                continue
+            seen.add(id(p))
+            self.pairs.append((p, p.data, p.data.to(dtype)))
+        self.depth = 0  # nested blocks (a generate inside a prefill's block) swap once
+
+    @property
+    def nbytes(self) -> int:
+        """The copy's memory."""
+        return sum(copy.numel() * copy.element_size() for _, _, copy in self.pairs)
+
+    @contextlib.contextmanager
+    def active(self):
+        """Within the block the frozen parameters hold the sampler's copy; the update's weights after it."""
+        if self.depth == 0:
+            for p, _, copy in self.pairs:
+                p.data = copy
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                for p, full, _ in self.pairs:
+                    p.data = full
