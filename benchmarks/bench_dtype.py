@@ -1,10 +1,12 @@
-"""fp32 or bf16 on this CPU: one training step's rollout and update, timed in each dtype, side by side.
+"""fp32 or bf16 on this CPU: one training step's rollout and update, timed in each precision, side by side.
 
     python benchmarks/bench_dtype.py [--episodes 32] [--repeats 2]
 
-Same policy init, same tasks, same sampling seed in both dtypes: one rollout of the default FrozenLake setup,
-then one PPO update on its rows. Prints a table and a final SUMMARY line with the fp32/bf16 time ratios.
-`model.dtype=auto` picks fp32 on a CPU because of this measurement (docs/benchmarks.md).
+Same policy init, same tasks, same sampling seed in each arm: one rollout of the default FrozenLake setup, then
+one PPO update on its rows. Three arms: ``fp32``, ``bf16`` (``model.dtype=bf16``) and ``fp32+bf16 sampler``
+(``model.sampler_dtype=bf16``: the rollout in bf16, the update in fp32). Prints a table and a final SUMMARY line
+with each arm's time against fp32's. ``model.dtype=auto`` picks fp32 on a CPU because of what bf16 did to
+learning (docs/benchmarks.md, "bf16 on a CPU that has it").
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from selfevolve.tasks.source import SeedTasks
 from selfevolve.train.trainer import build_policy, build_prompt, resolve_env
 
 
-def one_step(dtype: str, episodes: int, group: int) -> tuple[float, float, int]:
-    cfg = load_config(overrides=[f"model.dtype={dtype}"])
+ARMS = {"fp32": ["model.dtype=fp32"], "bf16": ["model.dtype=bf16"],
+        "fp32+bf16 sampler": ["model.dtype=fp32", "model.sampler_dtype=bf16"]}
+
+
+def one_step(overrides: list[str], episodes: int, group: int) -> tuple[float, float, int]:
+    cfg = load_config(overrides=overrides)
     policy = build_policy(cfg)
     env_cls = resolve_env(cfg, None)
     builder = build_prompt(cfg, policy, make_env(env_cls))
@@ -53,19 +59,19 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     best: dict[str, tuple[float, float, int]] = {}
-    for r in range(args.repeats):  # interleaved, so both dtypes see the same machine state
-        for dtype in ("fp32", "bf16"):
-            ro, up, toks = one_step(dtype, args.episodes, args.group)
-            print(f"repeat {r} {dtype}: rollout {ro:.1f} s, update {up:.1f} s ({toks} row tokens)", flush=True)
-            old = best.get(dtype)
-            best[dtype] = (min(ro, old[0]) if old else ro, min(up, old[1]) if old else up, toks)
-    print("\n| dtype | rollout s (best) | update s (best) |\n|---|---:|---:|")
-    for d, (ro, up, _) in best.items():
-        print(f"| {d} | {ro:.1f} | {up:.1f} |")
-    f, b = best["fp32"], best["bf16"]
-    print(f"SUMMARY fp32 vs bf16 on this CPU: rollout {b[0] / f[0]:.2f}x faster in fp32, update "
-          f"{b[1] / f[1]:.2f}x faster in fp32 (>1 means fp32 wins)")
-
+    for r in range(args.repeats):  # interleaved, so every arm sees the same machine state
+        for arm, overrides in ARMS.items():
+            ro, up, toks = one_step(overrides, args.episodes, args.group)
+            print(f"repeat {r} {arm}: rollout {ro:.1f} s, update {up:.1f} s ({toks} row tokens)", flush=True)
+            old = best.get(arm)
+            best[arm] = (min(ro, old[0]) if old else ro, min(up, old[1]) if old else up, toks)
+    print("\n| arm | rollout s (best) | update s (best) |\n|---|---:|---:|")
+    for arm, (ro, up, _) in best.items():
+        print(f"| {arm} | {ro:.1f} | {up:.1f} |")
+    f = best["fp32"]
+    print("SUMMARY against fp32 on this CPU (time ratio, <1 is faster): "
+          + "; ".join(f"{arm}: rollout {b[0] / f[0]:.2f}x, update {b[1] / f[1]:.2f}x"
+                      for arm, b in best.items() if arm != "fp32"))
 
 if __name__ == "__main__":
     main()
