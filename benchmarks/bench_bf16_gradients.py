@@ -9,9 +9,11 @@ the model in fp32 and once in bf16 (the adapter fp32 in both, as peft keeps it),
 those of ``--adapter`` (a run's ``adapter.safetensors``) or, without it, lora_B drawn from N(0, 0.02²) so that the
 adapter changes the output (a fresh adapter's B is zero and its gradient reaches B only). The arm ``bf16, fp32
 head`` computes the log-probs' logits in fp32 from the bf16 hidden state. Prints the cosine of each bf16 gradient
-with fp32's, its relative error ``|g16 − g32| / |g32|`` and the norm ratio.
+with fp32's, its relative error ``|g16 − g32| / |g32|`` and the norm ratio; and, for scale, the same for fp32's
+gradient on the next ``--tasks`` episodes (another batch of the same distribution; ``nll`` only). The norm ratio
+is 1 wherever the update clipped both gradients to ``algo.max_grad_norm``; the cosine is that of the directions.
 
-    python benchmarks/bench_bf16_gradients.py [--tasks 8] [--adapter runs/default/checkpoints/latest/adapter.safetensors]
+    python benchmarks/bench_bf16_gradients.py [--tasks 8] [--adapter runs/default/checkpoints/step-20/adapter.safetensors]
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ def fp32_head(self, head, h, targets, with_entropy=False):
     return logp_all.gather(-1, targets[:, None]).squeeze(-1), entropy
 
 
-def gradient(dtype: str, adapter: dict, objective: str, tasks: int, head32: bool = False) -> torch.Tensor:
+def gradient(dtype: str, adapter: dict, objective: str, tasks: int, head32: bool = False,
+             other_batch: bool = False) -> torch.Tensor:
+    """The gradient of one update on the first ``tasks`` episodes (``other_batch``: on the next ``tasks``)."""
     cfg = load_config(overrides=[f"model.dtype={dtype}", "algo.minibatches=1", "algo.old_logprobs=recompute"])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
     policy.load_adapter_state(adapter, value_head="ignore")
-    nll, ppo = warm_start_batch(cfg, policy, tasks)
+    nll, ppo = warm_start_batch(cfg, policy, 2 * tasks)
+    part = slice(tasks, 2 * tasks) if other_batch else slice(0, tasks)
+    nll, ppo = nll[part], ppo[part]
     grab = GradientGrab(policy.trainable_parameters())
     policy_module.Policy.token_logprobs = fp32_head if head32 else PLAIN
     try:
@@ -88,6 +94,13 @@ def main() -> None:
     lines = []
     for objective in ("nll", "ppo"):
         g32 = gradient("fp32", adapter, objective, args.tasks)
+        if objective == "nll":  # ppo's advantages are random draws: another batch's gradient is no scale there
+            other = gradient("fp32", adapter, objective, args.tasks, other_batch=True)
+            cos = torch.nn.functional.cosine_similarity(g32, other, 0).item()
+            print(f"| {objective} | fp32, the next {args.tasks} episodes (for scale) | {cos:.5f} | "
+                  f"{((other - g32).norm() / g32.norm()).item():.4f} | {(other.norm() / g32.norm()).item():.4f} |",
+                  flush=True)
+            lines.append(f"{objective} fp32 next batch: cosine {cos:.4f}")
         for head32 in (False, True):
             g16 = gradient("bf16", adapter, objective, args.tasks, head32)
             cos = torch.nn.functional.cosine_similarity(g32, g16, 0).item()
