@@ -10,6 +10,7 @@ import torch
 from selfevolve.config import load_config
 from selfevolve.envs import FrozenLakeEnv, make_env
 from selfevolve.errors import ConfigError
+from selfevolve.models import policy as policy_module
 from selfevolve.objectives import old_logprobs
 from selfevolve.objectives.samples import build_rows
 from selfevolve.objectives.update import ppo_update
@@ -30,7 +31,7 @@ def _frozen(policy):
     return [p for p in policy.model.parameters() if not p.requires_grad]
 
 
-def test_generation_runs_on_the_bf16_copy_and_the_update_on_fp32(mixed):
+def test_generation_runs_on_the_bf16_copy_and_the_weights_are_fp32_after(mixed):
     _, policy = mixed
     before = [(p.data_ptr(), p.dtype) for p in _frozen(policy)]
     assert {d for _, d in before} == {torch.float32}
@@ -56,6 +57,26 @@ def test_generation_runs_on_the_bf16_copy_and_the_update_on_fp32(mixed):
     sw = policy.sampler_weights
     assert len(sw.pairs) == len({id(p) for p in _frozen(policy)})
     assert sw.nbytes == sum(p.numel() * 2 for p in {id(p): p for p in _frozen(policy)}.values())
+
+
+def test_the_weights_come_back_after_a_failed_generation_and_nested_blocks(mixed, monkeypatch):
+    _, policy = mixed
+    before = [p.data_ptr() for p in _frozen(policy)]
+    sw = policy.sampler_weights
+    with policy.sampling():
+        with policy.sampling():  # a prefill inside a search block: one swap
+            assert {p.dtype for p in _frozen(policy)} == {torch.bfloat16}
+        assert {p.dtype for p in _frozen(policy)} == {torch.bfloat16}
+    assert [p.data_ptr() for p in _frozen(policy)] == before and sw.depth == 0
+
+    def broken(*args, **kwargs):  # generation failing half way, with the copy in place
+        assert {p.dtype for p in _frozen(policy)} == {torch.bfloat16}
+        raise RuntimeError("generation failed")
+
+    monkeypatch.setattr(policy_module, "generate", broken)
+    with pytest.raises(RuntimeError, match="generation failed"):
+        policy.generate([policy.encode("go")])
+    assert [p.data_ptr() for p in _frozen(policy)] == before and sw.depth == 0
 
 
 def test_it_samples_what_a_bf16_model_with_the_same_adapter_samples(mixed):

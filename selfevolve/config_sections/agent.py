@@ -38,7 +38,7 @@ class ModelConfig(_Section):
         "same", description="The precision generation runs in (rollouts, evaluations, exploration): 'same' as "
         "model.dtype, or 'bf16' with the update in fp32 (a bf16 copy of the frozen base, 0.27 GB for SmolLM2-135M; "
         "the adapter is shared; PPO's pi_old is recomputed). Needs model.dtype fp32 (or auto resolving to it). "
-        "Generation 1.44x faster, but over five seeds it learned less than fp32 (28.7 against 41.9 % held out) and "
+        "Generation 1.44x faster, but over five seeds it learned less than fp32 (28.7 against 41.9 % held out, seed 4's fp32 figure from another CPU) and "
         "peaked at 4.3-5.7 GB: docs/benchmarks.md, 'Sampling in bf16, the update in fp32'."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)

@@ -5,7 +5,7 @@ in fp32, the update only 1.09x, and a whole default run in bf16 learned less tha
 "bf16 on a CPU that has it"). bf16-trained adapters scored the same when evaluated in fp32, and one update's LoRA
 gradient in bf16 points where fp32's does (cosine 0.997-0.999, ``benchmarks/bench_bf16_gradients.py``). Sampling
 in bf16 while updating in fp32 keeps generation's speed and the update's precision, and separates the two. It
-did not keep fp32's learning either: 28.7 % against 41.9 % held out over five seeds (docs/benchmarks.md, "Sampling
+did not keep fp32's learning either: 28.7 % against 41.9 % held out over five seeds (fp32's seed 4 from another CPU; docs/benchmarks.md, "Sampling
 in bf16, the update in fp32"), so it is an option (``model.sampler_dtype``), not the default.
 
 Only the base model is held twice: its weights never change (LoRA trains the adapter alone), so the second copy
@@ -48,14 +48,14 @@ class SamplerWeights:
     @contextlib.contextmanager
     def active(self):
         """Within the block the frozen parameters hold the sampler's copy; the update's weights after it."""
-        if self.depth == 0:
-            for p, _, copy in self.pairs:
-                p.data = copy
         self.depth += 1
         try:
+            if self.depth == 1:
+                for p, _, copy in self.pairs:
+                    p.data = copy
             yield
         finally:
             self.depth -= 1
-            if self.depth == 0:
+            if self.depth == 0:  # every pair, even where an interruption stopped the swap half way
                 for p, full, _ in self.pairs:
                     p.data = full

@@ -17,8 +17,7 @@ gradient that of log π_θ (:func:`current_as_old`). With several steps, one no-
 restates them (:func:`restate`); that forward encodes the rows plainly, not as the update's tree of turns, so in
 half precision the first step's ratio is 1 only to that rounding (not measured). ``auto`` recomputes where the
 model computes in half precision, or samples in it (``model.sampler_dtype``). Guided rows (self-navigating) keep
-theirs whatever the mode: their ratio is
-off-policy on purpose (``experience.old_logprobs``).
+theirs whatever the mode: their ratio is off-policy on purpose (``experience.old_logprobs``).
 
 In every mode ``update/sampler_kl`` reports mean(log π_sampler − log π_trainer) over the unguided tokens at the
 weights that sampled (the first optimizer step, or the restating forward): the k1 estimate of
