@@ -131,7 +131,7 @@ def run_naive(policy, builder, tasks, env_cls, env_opts, max_turns, greedy):
     stats = RolloutStats()
     replies_all, successes = [], []
     t0, c0, r0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
-    with torch.no_grad():
+    with torch.no_grad(), policy.sampling():  # model.sampler_dtype: the naive loop generates in it too
         for task in tasks:
             env = make_env(env_cls, **env_opts)
             obs, replies, success = [env.reset(task.seed)], [], False
@@ -283,7 +283,9 @@ def main(argv=None):
     tasks = seed_tasks(getattr(env_cls, "name", env_cls.__name__), args.episodes, args.seed_offset)
     n_body, n_head = param_counts(policy.model)
     # measured with the run's threads and dtype, on whatever machine this is
-    peak = args.peak_gflops or measured_limit(DTYPES[args.dtype], str(policy.device))
+    compute = policy.sampler_weights.dtype if policy.sampler_weights is not None else DTYPES[args.dtype]
+    compute_name = str(compute).removeprefix("torch.")
+    peak = args.peak_gflops or measured_limit(compute, str(policy.device))  # generation's dtype (model.sampler_dtype)
 
     print(f"model {args.model} ({args.dtype}), policy loaded in {load_s:.1f}s; env {cfg.env.name} {env_opts or '(defaults)'}, "
           f"{args.episodes} episodes, max_turns {max_turns}, max_new_tokens {policy.max_new_tokens}, "
@@ -337,7 +339,7 @@ def main(argv=None):
         speedup = (es.new_tokens / es.seconds) / (ns.new_tokens / ns.seconds)
         met = speedup >= 8 and pct_e >= 50  # issue 19: >= 8x the naive loop, >= 50 % of the measured limit
         print(f"\nSUMMARY rollout engine {es.new_tokens / es.seconds:.1f} tok/s vs naive {ns.new_tokens / ns.seconds:.1f} "
-              f"tok/s = {speedup:.2f}x ; engine uses {pct_e:.1f}% of {args.dtype} peak ({gf_e:.1f} of {peak:.0f} "
+              f"tok/s = {speedup:.2f}x ; engine uses {pct_e:.1f}% of {compute_name} peak ({gf_e:.1f} of {peak:.0f} "
               f"GFLOP/s, prefill+decode FLOPs / s) ; targets >= 8x and >= 50%: {'met' if met else 'NOT met'}")
     else:
         print(f"\nSUMMARY rollout engine {es.new_tokens / es.seconds:.1f} tok/s ; engine uses {pct_e:.1f}% of "
