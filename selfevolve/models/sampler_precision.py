@@ -31,13 +31,9 @@ class SamplerWeights:
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
         self.dtype = dtype
-        seen: set[int] = set()
-        self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = []
-        for p in model.parameters():  # tied weights (embedding and head) are one parameter, listed once
-            if p.requires_grad or id(p) in seen or not p.is_floating_point():
-                continue
-            seen.add(id(p))
-            self.pairs.append((p, p.data, p.data.to(dtype)))
+        # parameters() lists a tied weight (embedding and head) once: one copy, swapped once
+        self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = [
+            (p, p.data, p.data.to(dtype)) for p in model.parameters() if not p.requires_grad and p.is_floating_point()]
         self.depth = 0  # nested blocks (a generate inside a prefill's block) swap once
 
     @property
