@@ -26,6 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench_rollout import measured_limit, param_counts
+from selfevolve.build import products_in_other_precision
 from selfevolve.config import load_config
 from selfevolve.models.loading import load_model
 from selfevolve.models.policy import Policy
@@ -48,6 +49,7 @@ def main() -> None:
     cfg = load_config(overrides=args.override)
     model, tok = load_model(cfg.model.name, cfg.model.dtype)  # auto: fp32 on a CPU; model.dtype=bf16 to compare
     policy = Policy(model, tok, lora=cfg.model.lora)
+    products_in_other_precision(policy, cfg.model)  # model.matmul_dtype=bf16: the body's products in bf16
     policy.model.eval()
     R, L, P = args.rows, args.length, args.prefix
     ids = torch.randint(100, 40_000, (R, L))

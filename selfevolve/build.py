@@ -12,7 +12,7 @@ from selfevolve.config import Config
 from selfevolve.envs import check_env_config, env_class
 from selfevolve.envs.base import TextEnv
 from selfevolve.errors import ConfigError
-from selfevolve.models import decode_attention
+from selfevolve.models import decode_attention, matmul_precision
 from selfevolve.models.loading import DTYPES, load_model
 from selfevolve.models.policy import Policy
 
@@ -39,6 +39,7 @@ def build_policy(cfg: Config, value_head: str | None = None) -> Policy:
                     max_new_tokens=cfg.agent.max_new_tokens)
     policy.check_logprob_path()
     sample_in_other_precision(policy, cfg.model)
+    products_in_other_precision(policy, cfg.model)
     if value_head is not None:
         policy.attach_value_head(value_head)
     return policy
@@ -54,6 +55,22 @@ def sample_in_other_precision(policy: Policy, model_cfg) -> None:
         return
     policy.sample_in(dtype)
     decode_attention.use_for(policy.model, dtype)
+
+
+def products_in_other_precision(policy: Policy, model_cfg) -> None:
+    """``model.matmul_dtype``: the frozen body's matrix products in bf16, everything else in the model's fp32
+    (``models/matmul_precision.py``), in every forward or (``bf16_update``) in the update's alone; nothing where
+    the model computes in that precision already."""
+    if model_cfg.matmul_dtype == "same":
+        return
+    dtype = DTYPES["bf16"]
+    if next(policy.model.parameters()).dtype == dtype:
+        return
+    if model_cfg.matmul_dtype == "bf16_update":
+        policy.update_products = matmul_precision.UpdateProducts(policy.model, dtype)
+    else:
+        matmul_precision.products_in(policy.model, dtype)
+    policy.matmul_dtype = dtype
 
 
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:

@@ -81,7 +81,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
 
     out = Path(out_dir)
     _check_target(out, overwrite)
-    cfg, policy, state = load_run(run_dir)
+    cfg, policy, state = load_run(run_dir, full_precision=True)  # merged into fp32 weights, not bf16 ones
     ckpt = find_checkpoint(run_dir, need=MODEL_FILES).resolve()  # the one load_run loaded
     probe = probe_ids(policy.tokenizer)
     expected = logits_of(policy.model, probe)  # the adapter model, as selfevolve serves and evaluates it

@@ -13,9 +13,10 @@ from selfevolve.train.checkpoint import save_checkpoint
 from selfevolve.train.trainer import build_policy
 
 
-def make_run(root: Path, seed: int = 0, scale: float = 0.5):
+def make_run(root: Path, seed: int = 0, scale: float = 0.5, overrides: tuple[str, ...] = ()):
     """``(run folder, policy)``: a checkpoint at step 1 whose adapter is random (std ``scale``)."""
-    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32", f"seed={seed}", f"train.out_dir={root}"])
+    cfg = load_config(overrides=["model.name=tiny", "model.dtype=fp32", f"seed={seed}", f"train.out_dir={root}",
+                                 *overrides])
     policy = build_policy(cfg)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():

@@ -82,6 +82,8 @@ class Policy:
         self.model = model
         self.value_head: ValueHead | None = None
         self.sampler_weights: SamplerWeights | None = None  # set by :meth:`sample_in`
+        self.matmul_dtype: torch.dtype | None = None  # the body's products' precision, where build set another
+        self.update_products = None  # models/matmul_precision.UpdateProducts: that precision in the update only
         self.constraint_factory = None  # set by :meth:`constrained`
         self.stop_ids = end_of_turn_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -185,6 +187,11 @@ class Policy:
         """Generate (:meth:`generate`, :meth:`prefill`, :meth:`state_values`) with the frozen base in ``dtype``
         while the update keeps the model's own (``model.sampler_dtype``; ``models/sampler_precision.py``)."""
         self.sampler_weights = SamplerWeights(self.model, dtype)
+
+    def updating(self):
+        """The block in which the update runs: the body's products in ``model.matmul_dtype=bf16_update``'s
+        precision where it is set (``models/matmul_precision.py``)."""
+        return self.update_products.active() if self.update_products is not None else contextlib.nullcontext()
 
     def sampling(self):
         """The block in which generation runs: the sampler's precision where :meth:`sample_in` set one."""

@@ -39,9 +39,12 @@ def half_precision(policy) -> bool:
 
 def recomputes(policy, algo) -> bool:
     """Whether the update takes π_old from the trainer's forward (``algo.old_logprobs``; ``auto``: in half
-    precision, or where the sampler computes in another precision than the update, ``model.sampler_dtype``)."""
+    precision, or where the sampler computes in another precision than the update, ``model.sampler_dtype``, or
+    where the body's products are bf16, ``model.matmul_dtype``, which a decode step and the update's packed
+    forward round differently)."""
     if algo.old_logprobs == "auto":
-        return half_precision(policy) or getattr(policy, "sampler_weights", None) is not None
+        return (half_precision(policy) or getattr(policy, "sampler_weights", None) is not None
+                or getattr(policy, "matmul_dtype", None) is not None)
     return algo.old_logprobs == "recompute"
 
 

@@ -36,8 +36,9 @@ from selfevolve.objectives.samples import (Row, collate, micro_batches, minibatc
 
 def ppo_update(policy, optimizer, rows: list[Row], algo, rng: random.Random, objective: str = "ppo",
                vf_coef: float = 0.5, vf_clip: float | None = 0.2, extra=None) -> dict[str, float]:
-    """Run :func:`_update` with the heap not grown by the forwards' large blocks (``models/allocator.py``)."""
-    with heap_not_grown_by_large_blocks():
+    """Run :func:`_update` with the heap not grown by the forwards' large blocks (``models/allocator.py``), in the
+    update's precision (``model.matmul_dtype=bf16_update``: ``Policy.updating``)."""
+    with heap_not_grown_by_large_blocks(), policy.updating():
         return _update(policy, optimizer, rows, algo, rng, objective, vf_coef, vf_clip, extra)
 
 

@@ -13,8 +13,10 @@ from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.untrusted import load_yaml
 
 
-def load_run(path: str | Path, overrides: list[str] | None = None):
-    """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder."""
+def load_run(path: str | Path, overrides: list[str] | None = None, full_precision: bool = False):
+    """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder. ``full_precision``: the
+    model's products in its own dtype whatever ``model.matmul_dtype`` the run trained with (a merge needs the
+    full-precision weights: ``selfevolve export``)."""
     ckpt = find_checkpoint(path, need=MODEL_FILES)
     data = load_checkpoint(ckpt, with_optimizer=False)
     raw = load_yaml(data["config_yaml"], ckpt / "config.yaml")
@@ -24,7 +26,8 @@ def load_run(path: str | Path, overrides: list[str] | None = None):
             raise ConfigError(f"only eval.* keys can be changed when evaluating a run, got {key!r}")
         apply_override(raw, o)
     cfg: Config = _validate(raw)
-    policy = build_policy(cfg)
+    policy = build_policy(cfg.model_copy(update={"model": cfg.model.model_copy(update={"matmul_dtype": "same"})})
+                          if full_precision else cfg)
     with refusing(ckpt / "adapter.safetensors"):
         policy.load_adapter_state(data["adapter"], value_head="ignore")  # acting needs no critic
     return cfg, policy, data["state"]

@@ -1,0 +1,84 @@
+"""The frozen body's matrix products in bf16, everything else in fp32 (``model.matmul_dtype``).
+
+On a CPU with bf16 arithmetic (the AMD EPYC of 2026-11-29, AVX512-BF16) a matrix product of our shapes runs about
+twice as fast in bf16 as in fp32, and a whole default run in bf16 (``model.dtype=bf16``) took 9:22 against 11:37,
+but its adapters learned less: 33.6 % against 42.5 % held out over ten seeds (docs/benchmarks.md, "bf16 on a CPU
+that has it"). A bf16 model rounds more than its products. Every layer's output, the residual stream, the
+attention and the LoRA delta are bf16 there too, and the delta is added to a bf16 projection and rounded with it:
+a delta below the projection's last bit (2⁻⁸ of it) moves nothing.
+
+Here only the products with the frozen weights are bf16: each linear layer of the body holds its weight in bf16,
+rounds its input to bf16 for the product and returns fp32 (the product accumulates in fp32 and is rounded once,
+to bf16, by the kernel). The residual stream, the norms, the attention, the adapter (whose delta peft adds to the
+fp32 output), the embedding and the head stay fp32. The weights are converted once, at load, and the fp32
+originals freed (0.27 GB less for SmolLM2-135M): they are frozen, and the adapter is what trains.
+
+``model.matmul_dtype=bf16_update`` does the same in the update alone (its forwards and backwards, the warm start's
+included), while generation keeps fp32 products: :class:`UpdateProducts` holds a bf16 copy of the body's linear
+weights beside the fp32 ones (0.21 GB for SmolLM2-135M) and points the layers at it for the update's duration.
+Sampling in bf16 (``model.sampler_dtype``) learned less than fp32, and this is the other half of that split.
+
+Not for export: a merge needs the full-precision weights, so ``selfevolve export`` loads the run without this
+(``train/run.py``, ``load_run``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+import torch.nn.functional as F
+
+
+def _forward(self, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer whose weight is held in a lower precision: the product in it, the output in ``x``'s."""
+    return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
+
+
+def frozen_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """Every frozen ``nn.Linear`` of ``model`` but its output head (and a layer tied to it). Trainable layers (the
+    adapter, a value head) are not among them."""
+    head = model.get_output_embeddings()
+    return [m for m in model.modules()
+            if type(m) is torch.nn.Linear and m is not head and not m.weight.requires_grad
+            and m.weight is not getattr(head, "weight", None)]
+
+
+def products_in(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Hold every layer of :func:`frozen_linears` in ``dtype`` and compute its product in it (the output in the
+    input's precision). Returns how many layers changed."""
+    layers = frozen_linears(model)
+    for module in layers:
+        module.weight.data = module.weight.data.to(dtype)
+        if module.bias is not None:
+            module.bias.data = module.bias.data.to(dtype)
+        module.forward = types.MethodType(_forward, module)
+    return len(layers)
+
+
+class UpdateProducts:
+    """The layers of :func:`frozen_linears` compute in ``dtype`` within :meth:`active` (the update) and in their
+    own precision outside it: a copy of each weight in ``dtype``, made once (the weights are frozen)."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+        self.dtype = dtype
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for module in frozen_linears(model):
+            module.forward = types.MethodType(_forward, module)  # casts nothing while the weight is fp32
+            self.pairs += [(p, p.data, p.data.to(dtype)) for p in (module.weight, module.bias) if p is not None]
+        self.depth = 0  # nested blocks swap once
+
+    @contextlib.contextmanager
+    def active(self):
+        self.depth += 1
+        try:
+            if self.depth == 1:
+                for p, _, low in self.pairs:
+                    p.data = low
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0:  # every pair, even where an interruption stopped the swap half way
+                for p, full, _ in self.pairs:
+                    p.data = full
