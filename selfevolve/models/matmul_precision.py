@@ -30,6 +30,8 @@ import types
 import torch
 import torch.nn.functional as F
 
+from selfevolve.models import allocator
+
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
     """A linear layer whose weight is held in a lower precision: the product in it, the output in ``x``'s."""
@@ -54,6 +56,9 @@ def products_in(model: torch.nn.Module, dtype: torch.dtype) -> int:
         if module.bias is not None:
             module.bias.data = module.bias.data.to(dtype)
         module.forward = types.MethodType(_forward, module)
+    # the fp32 originals were freed into a heap that is never trimmed (models/allocator.py): hand them back once,
+    # or the process keeps them resident until other blocks happen to reuse them
+    allocator.release_freed_memory()
     return len(layers)
 
 
