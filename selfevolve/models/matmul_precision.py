@@ -24,13 +24,13 @@ Not for export: a merge needs the full-precision weights, so ``selfevolve export
 
 from __future__ import annotations
 
-import contextlib
 import types
 
 import torch
 import torch.nn.functional as F
 
 from selfevolve.models import allocator
+from selfevolve.models.sampler_precision import WeightCopies
 
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,28 +62,12 @@ def products_in(model: torch.nn.Module, dtype: torch.dtype) -> int:
     return len(layers)
 
 
-class UpdateProducts:
+class UpdateProducts(WeightCopies):
     """The layers of :func:`frozen_linears` compute in ``dtype`` within :meth:`active` (the update) and in their
     own precision outside it: a copy of each weight in ``dtype``, made once (the weights are frozen)."""
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
-        self.dtype = dtype
-        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        for module in frozen_linears(model):
+        layers = frozen_linears(model)
+        for module in layers:
             module.forward = types.MethodType(_forward, module)  # casts nothing while the weight is fp32
-            self.pairs += [(p, p.data, p.data.to(dtype)) for p in (module.weight, module.bias) if p is not None]
-        self.depth = 0  # nested blocks swap once
-
-    @contextlib.contextmanager
-    def active(self):
-        self.depth += 1
-        try:
-            if self.depth == 1:
-                for p, _, low in self.pairs:
-                    p.data = low
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0:  # every pair, even where an interruption stopped the swap half way
-                for p, full, _ in self.pairs:
-                    p.data = full
+        super().__init__([p for m in layers for p in (m.weight, m.bias) if p is not None], dtype)

@@ -25,15 +25,14 @@ import contextlib
 import torch
 
 
-class SamplerWeights:
-    """The frozen parameters of ``model`` and a copy of each in ``dtype``; trainable ones (the adapter, a value
-    head) are left alone and shared."""
+class WeightCopies:
+    """Parameters and a copy of each in ``dtype``, made once (they are frozen). :meth:`active` points them at the
+    copies for the duration of a block and back after (``models/matmul_precision.py`` uses it for the update)."""
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+    def __init__(self, params, dtype: torch.dtype):
         self.dtype = dtype
-        # parameters() lists a tied weight (embedding and head) once: one copy, swapped once
         self.pairs: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = [
-            (p, p.data, p.data.to(dtype)) for p in model.parameters() if not p.requires_grad and p.is_floating_point()]
+            (p, p.data, p.data.to(dtype)) for p in params]
         self.depth = 0  # nested blocks (a generate inside a prefill's block) swap once
 
     @property
@@ -43,7 +42,7 @@ class SamplerWeights:
 
     @contextlib.contextmanager
     def active(self):
-        """Within the block the frozen parameters hold the sampler's copy; the update's weights after it."""
+        """Within the block the parameters hold their copies; their own tensors after it."""
         self.depth += 1
         try:
             if self.depth == 1:
@@ -55,3 +54,12 @@ class SamplerWeights:
             if self.depth == 0:  # every pair, even where an interruption stopped the swap half way
                 for p, full, _ in self.pairs:
                     p.data = full
+
+
+class SamplerWeights(WeightCopies):
+    """The frozen parameters of ``model`` and a copy of each in ``dtype``; trainable ones (the adapter, a value
+    head) are left alone and shared."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+        # parameters() lists a tied weight (embedding and head) once: one copy, swapped once
+        super().__init__([p for p in model.parameters() if not p.requires_grad and p.is_floating_point()], dtype)
