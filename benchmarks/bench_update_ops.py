@@ -60,8 +60,9 @@ def main() -> None:
         loss_mask[:, start:start + 2] = 1
 
     def step() -> None:
-        logp, _, _ = policy.forward_rows(ids, mask, loss_mask, with_entropy=True, prefix_len=P)
-        (-logp.mean()).backward()
+        with policy.updating():  # model.matmul_dtype=bf16_update: the update's precision
+            logp, _, _ = policy.forward_rows(ids, mask, loss_mask, with_entropy=True, prefix_len=P)
+            (-logp.mean()).backward()
 
     step()  # warm-up: allocations, kernel selection
     t = time.perf_counter()

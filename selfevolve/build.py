@@ -73,6 +73,15 @@ def products_in_other_precision(policy: Policy, model_cfg) -> None:
     policy.matmul_dtype = dtype
 
 
+def acting_only(cfg: Config, full_precision: bool = False) -> Config:
+    """``cfg`` for a policy that never updates (evaluation, serving, export, a Ray rollout worker):
+    ``model.matmul_dtype=bf16_update`` changes only the update, so its bf16 copy (0.21 GB) is not made there.
+    ``full_precision``: no ``model.matmul_dtype`` at all (a merge needs the fp32 weights: export)."""
+    if cfg.model.matmul_dtype == "same" or (cfg.model.matmul_dtype == "bf16" and not full_precision):
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"matmul_dtype": "same"})})
+
+
 def build_prompt(cfg: Config, policy: Policy, env: TextEnv) -> PromptBuilder:
     return PromptBuilder(
         policy.tokenizer,

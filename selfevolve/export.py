@@ -84,7 +84,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False
     cfg, policy, state = load_run(run_dir, full_precision=True)  # merged into fp32 weights, not bf16 ones
     ckpt = find_checkpoint(run_dir, need=MODEL_FILES).resolve()  # the one load_run loaded
     probe = probe_ids(policy.tokenizer)
-    expected = logits_of(policy.model, probe)  # the adapter model, as selfevolve serves and evaluates it
+    expected = logits_of(policy.model, probe)  # the adapter model in full precision (as served, but for matmul_dtype)
     model = merged_model(policy)
     dtype = next(model.parameters()).dtype
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -153,3 +153,29 @@ def test_bf16_update_computes_in_bf16_inside_the_update_only():
     with pytest.raises(RuntimeError, match="update failed"):
         ppo_update(policy, opt, rows, cfg.algo, random.Random(0), extra=broken)
     assert q.base_layer.weight.data_ptr() == full and policy.update_products.depth == 0
+
+
+def test_bf16_update_covers_every_objective_and_acting_loads_make_no_copy(tmp_path):
+    """Self-AC's update does not go through ``ppo_update``: the trainer's whole update stage runs inside
+    ``Policy.updating``. A run loaded to act (evaluation, serving, a rollout worker) makes no bf16 copy."""
+    from selfevolve import Trainer
+
+    out = tmp_path / "run"
+    cfg = load_config(overrides=[
+        "train.warm_start_steps=0", "train.warm_start_tasks=null", "model.name=tiny", "agent.max_new_tokens=4",
+        "train.tasks_per_step=2", "algo.group_size=4", "eval.episodes=2", "train.progress=false",
+        "train.eval_every=0", "algo.name=self_ac", "model.matmul_dtype=bf16_update", "train.steps=1",
+        "env.max_turns=2", f"train.out_dir={out}"])
+    trainer = Trainer(cfg)
+    seen = []
+    layer = _q_proj(trainer.policy).base_layer
+    handle = layer.register_forward_hook(lambda m, args, o: seen.append((torch.is_grad_enabled(), m.weight.dtype)))
+    try:
+        trainer.train()
+    finally:
+        handle.remove()
+    assert {dtype for grad, dtype in seen if grad} == {torch.bfloat16}  # every forward with gradients: the update's
+    assert torch.float32 in {dtype for grad, dtype in seen if not grad}  # generation: fp32 products
+    assert layer.weight.dtype == torch.float32
+    _, acting, _ = load_run(out)
+    assert acting.update_products is None and acting.matmul_dtype is None

@@ -44,7 +44,7 @@ class ModelConfig(_Section):
     matmul_dtype: Literal["same", "bf16", "bf16_update"] = Field(
         "same", description="The precision of the frozen body's matrix products: 'same' as model.dtype, or 'bf16' "
         "with everything else in fp32 (the residual stream, norms, attention, the adapter's delta, the head; the "
-        "body's linear weights held in bf16, 0.27 GB less for SmolLM2-135M). Needs model.dtype fp32 (or auto "
+        "body's linear weights held in bf16, 0.21 GB less for SmolLM2-135M). Needs model.dtype fp32 (or auto "
         "resolving to it); not with model.sampler_dtype. 'bf16_update': the same in the update's forwards and "
         "backwards only (the warm start's too), generation keeping fp32 (a bf16 copy of those weights beside them, "
         "0.21 GB). For a CPU with fast bf16 (AVX512-BF16, AMX): "

@@ -51,7 +51,7 @@ class RolloutWorker:
 
         from selfevolve.config import Config
         from selfevolve.envs import make_env
-        from selfevolve.build import build_policy, build_prompt
+        from selfevolve.build import acting_only, build_policy, build_prompt
         from selfevolve.envs.pool import EnvPool
         from selfevolve.objectives import value_head_kind
 
@@ -62,7 +62,8 @@ class RolloutWorker:
         self.cfg, self.env_cls, self.env_options = cfg, env_cls, env_options
         # no value head unless search scores states by it: the driver reads values in its update
         self.values = reads_values(cfg)
-        self.policy = build_policy(cfg, value_head=value_head_kind(cfg) if self.values else None)
+        # a worker only samples: no bf16 copy for model.matmul_dtype=bf16_update (build.acting_only)
+        self.policy = build_policy(acting_only(cfg), value_head=value_head_kind(cfg) if self.values else None)
         self.builder = build_prompt(cfg, self.policy, make_env(env_cls, **env_options))
         self.pool = EnvPool(env_cls, env_options)  # the episodes' environments, reused across calls
         self.version: int | None = None  # the version of the weights it holds; None until the first push

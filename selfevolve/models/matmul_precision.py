@@ -11,7 +11,7 @@ Here only the products with the frozen weights are bf16: each linear layer of th
 rounds its input to bf16 for the product and returns fp32 (the product accumulates in fp32 and is rounded once,
 to bf16, by the kernel). The residual stream, the norms, the attention, the adapter (whose delta peft adds to the
 fp32 output), the embedding and the head stay fp32. The weights are converted once, at load, and the fp32
-originals freed (0.27 GB less for SmolLM2-135M): they are frozen, and the adapter is what trains.
+originals freed (0.21 GB less for SmolLM2-135M): they are frozen, and the adapter is what trains.
 
 ``model.matmul_dtype=bf16_update`` does the same in the update alone (its forwards and backwards, the warm start's
 included), while generation keeps fp32 products: :class:`UpdateProducts` holds a bf16 copy of the body's linear

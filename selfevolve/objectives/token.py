@@ -48,7 +48,8 @@ class TokenObjective:
             return [], metrics
         values = None
         if self.estimator.values:
-            values = self.turn_values(kept)
+            with self.policy.updating():  # the critic's old values in the precision of the update that clips to them
+                values = self.turn_values(kept)
             batch.values, _ = padded(values)
         adv, returns = step_advantages(cfg.algo.name, batch, cfg.algo, cfg.attribution)
         for t, a in zip(kept, batch.per_step(adv)):  # kept with the episode for the viewer (train.log_trajectories)

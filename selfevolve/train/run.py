@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selfevolve.build import build_policy, build_prompt, resolve_env
+from selfevolve.build import acting_only, build_policy, build_prompt, resolve_env
 from selfevolve.config import Config, apply_override, _validate
 from selfevolve.envs import make_env
 from selfevolve.errors import ConfigError
@@ -14,9 +14,9 @@ from selfevolve.untrusted import load_yaml
 
 
 def load_run(path: str | Path, overrides: list[str] | None = None, full_precision: bool = False):
-    """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder. ``full_precision``: the
-    model's products in its own dtype whatever ``model.matmul_dtype`` the run trained with (a merge needs the
-    full-precision weights: ``selfevolve export``)."""
+    """``(config, policy, checkpoint_state)`` from a run folder or checkpoint folder, for acting (nothing here
+    updates: ``build.acting_only``). ``full_precision``: the model's products in its own dtype whatever
+    ``model.matmul_dtype`` the run trained with (a merge needs the full-precision weights: ``selfevolve export``)."""
     ckpt = find_checkpoint(path, need=MODEL_FILES)
     data = load_checkpoint(ckpt, with_optimizer=False)
     raw = load_yaml(data["config_yaml"], ckpt / "config.yaml")
@@ -26,8 +26,7 @@ def load_run(path: str | Path, overrides: list[str] | None = None, full_precisio
             raise ConfigError(f"only eval.* keys can be changed when evaluating a run, got {key!r}")
         apply_override(raw, o)
     cfg: Config = _validate(raw)
-    policy = build_policy(cfg.model_copy(update={"model": cfg.model.model_copy(update={"matmul_dtype": "same"})})
-                          if full_precision else cfg)
+    policy = build_policy(acting_only(cfg, full_precision))
     with refusing(ckpt / "adapter.safetensors"):
         policy.load_adapter_state(data["adapter"], value_head="ignore")  # acting needs no critic
     return cfg, policy, data["state"]

@@ -280,9 +280,12 @@ class Trainer:
         """The objective's optimizer steps on this batch; self-navigating first restates the old log-probs and
         upper clip of its guided rows."""
         prepared = {}
-        if self.experience is not None and rows:
-            prepared = self.experience.prepare_rows(rows, self.objective.current_logprobs)
-        return {**prepared, **self.objective.update(rows, trajs)}
+        # the whole update in its precision (model.matmul_dtype=bf16_update): the guided rows' restated pi_old
+        # and the critic's old values too, and Self-AC's update, which does not go through ppo_update
+        with self.policy.updating():
+            if self.experience is not None and rows:
+                prepared = self.experience.prepare_rows(rows, self.objective.current_logprobs)
+            return {**prepared, **self.objective.update(rows, trajs)}
 
     def evaluate(self, episodes: int | None = None, pass_k: int | None = None, label: str | None = None
                  ) -> dict[str, float]:
