@@ -18,6 +18,12 @@ included), while generation keeps fp32 products: :class:`UpdateProducts` holds a
 weights beside the fp32 ones (0.21 GB for SmolLM2-135M) and points the layers at it for the update's duration.
 Sampling in bf16 (``model.sampler_dtype``) learned less than fp32, and this is the other half of that split.
 
+Measured (docs/benchmarks.md, "bf16 products, fp32 activations"): on an AMD EPYC with AVX512-BF16 an update
+micro-batch took 8.61 s against fp32's 13.45 s (bf16 throughout: 9.84 s) and the default run 11:56 against
+16:14, but over nine seeds it reached 35.8 % held out against fp32's 41.1 % (lower on 6 of 9; bf16 throughout:
+33.3 %) and peaked at 4.3-5.4 GB. Keeping the delta and the activations in fp32 did not bring fp32's learning back
+measurably, so this is an option, not the default.
+
 Not for export: a merge needs the full-precision weights, so ``selfevolve export`` loads the run without this
 (``train/run.py``, ``load_run``).
 """
