@@ -5,7 +5,7 @@ twice as fast in bf16 as in fp32, and a whole default run in bf16 (``model.dtype
 but its adapters learned less: 33.6 % against 42.5 % held out over ten seeds (docs/benchmarks.md, "bf16 on a CPU
 that has it"). A bf16 model rounds more than its products. Every layer's output, the residual stream, the
 attention and the LoRA delta are bf16 there too, and the delta is added to a bf16 projection and rounded with it:
-a delta below the projection's last bit (2⁻⁸ of it) moves nothing.
+a delta below half the projection's last bit (2⁻⁹ of it) moves nothing.
 
 Here only the products with the frozen weights are bf16: each linear layer of the body holds its weight in bf16,
 rounds its input to bf16 for the product and returns fp32 (the product accumulates in fp32 and is rounded once,
