@@ -16,6 +16,7 @@ from selfevolve.envs import (
 )
 from selfevolve.envs.games.moves import parse_moves
 from selfevolve.envs.games.sokoban import parse_room
+from selfevolve.envs.games.sokoban_rooms import describe_positions, offset
 from selfevolve.errors import ConfigError
 
 # S F F F      P _ _ _
@@ -329,6 +330,30 @@ def test_sokoban_examples():
     assert "Up, Down, Left or Right" in SokobanEnv.instructions
 
 
+def test_sokoban_positions_in_words():
+    # ROOM_TWO: you at (2, 1); boxes at (2, 2) and (4, 2); targets at (2, 3) and (4, 4)
+    assert offset((2, 1), (4, 2)) == "2 Down, 1 Right" and offset((2, 2), (2, 2)) == "here"
+    assert describe_positions((2, 1), {(2, 2), (4, 2)}, {(2, 3), (4, 4)}) == (
+        "Box 1: 1 Right of you; its target 1 Right of it.\n"
+        "Box 2: 2 Down, 1 Right of you; its target 2 Right of it.")
+    # a box on a target is said so; the other box counts only the target no box covers
+    assert describe_positions((2, 1), {(2, 3), (4, 2)}, {(2, 3), (4, 4)}).splitlines() == [
+        "Box 1: 2 Right of you; on its target.", "Box 2: 2 Down, 1 Right of you; its target 2 Right of it."]
+    assert describe_positions((3, 3), {(1, 1)}, {(1, 4)}, aim="you") == "The cell T: 2 Up, 1 Right of you."
+
+    env = room(ROOM_ONE, positions=True)
+    assert env.render() == ROOM_ONE + "\nThe box: 1 Right of you; its target 2 Right of it."
+    r = env.step("Right")  # the words follow the state
+    assert r.observation.splitlines()[-1] == "The box: 1 Right of you; its target 1 Right of it."
+    assert "counted in moves from you" in env.instructions and "counted" not in SokobanEnv().instructions
+    for obs, action in env.examples:  # the examples show the words too, under the same plan
+        grid, words = obs.rsplit("\n", 1)
+        assert words.startswith("The box: ") and solve(grid)[0] == action
+    assert room(ROOM_ONE).render() == ROOM_ONE  # off by default
+    with pytest.raises(ConfigError, match="'positions' must be true or false"):
+        SokobanEnv(positions="yes")
+
+
 # ---------------------------------------------------------------------------------------------- registry
 def test_make_env():
     assert set(ENVS) == {"frozenlake", "sokoban", "shop", "tables"}
@@ -342,7 +367,7 @@ def test_make_env():
     }
     assert set(env_options(SokobanEnv)) == {
         "dim_room", "num_boxes", "max_turns", "moves_per_turn", "invalid_penalty", "search_depth", "split",
-        "tasks_file",
+        "tasks_file", "positions",
     }
 
 

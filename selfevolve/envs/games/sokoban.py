@@ -15,7 +15,7 @@ from selfevolve.envs.games.moves import answer_format, error_line, parse_moves
 from selfevolve.envs.holdout import draw, split_bucket
 # the rooms' helpers are re-exported for callers (``from selfevolve.envs.games.sokoban import solve``)
 from selfevolve.envs.games.sokoban_rooms import (DELTAS, MIN_PLAN, MOVES, Pos, _add, generate_room,  # noqa: F401
-                                           parse_room, render_room, room_key, solve)
+                                           describe_positions, parse_room, render_room, room_key, solve)
 from selfevolve.envs.games.sokoban_tasks import SOKOBAN_PROFILE, goal_cells, goal_test, is_solve_task, split_tasks
 from selfevolve.errors import ConfigError
 from selfevolve.types import Task
@@ -54,6 +54,9 @@ class SokobanEnv(PlaysTasks, TextEnv):
             ``seed % n``. ``train+synth``: both, even seeds the ordinary game, odd seeds task ``(seed // 2) % n``.
         tasks_file: a JSONL file of synthesized tasks (a ``types.Task`` per line, ``envs/task_files.py``), read
             when ``split`` holds ``synth``.
+        positions: add the positions in words under the room (``describe_positions``): each box counted in moves
+            from you and its nearest target (a task's: its cell T) counted from the box, e.g. ``The box: 1 Up of
+            you; its target 2 Right of it.`` Off by default, the grid alone, as RAGEN and the earlier figures.
 
     A synthesized task names a room (its seed and its rows), a goal and reference moves. Its first observation
     is the request line (``Request: ...``) above the room, which marks the named cells ``T`` while nothing
@@ -77,6 +80,9 @@ class SokobanEnv(PlaysTasks, TextEnv):
         "boxes cannot be pulled. " + answer_format(MOVES, 1)
     )
     examples: list[tuple[str, str]] = []  # filled in below, from _EXAMPLE_ROOM
+    positions = False
+    POSITIONS_LINE = ("Under the room, each box's place is counted in moves from you, and its target's from the "
+                      "box. ")
 
     def __init__(
         self,
@@ -88,6 +94,7 @@ class SokobanEnv(PlaysTasks, TextEnv):
         search_depth: int = 30,
         split: str = "train",
         tasks_file: str = "",
+        positions: bool = False,
     ):
         def integer(key: str, value: Any, low: int) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -107,6 +114,9 @@ class SokobanEnv(PlaysTasks, TextEnv):
         if not isinstance(invalid_penalty, (int, float)) or isinstance(invalid_penalty, bool):
             raise ConfigError(f"sokoban option 'invalid_penalty' must be a number, got {invalid_penalty!r}")
         self.invalid_penalty = float(invalid_penalty)
+        if not isinstance(positions, bool):
+            raise ConfigError(f"sokoban option 'positions' must be true or false, got {positions!r}")
+        self.positions = positions
         self.instructions = type(self).instructions.replace(
             answer_format(MOVES, 1), answer_format(MOVES, self.moves_per_turn)
         )
@@ -117,7 +127,10 @@ class SokobanEnv(PlaysTasks, TextEnv):
                 answer_format(MOVES, self.moves_per_turn),
                 "A request above the room may ask for something else instead: you standing on a cell, or a box "
                 "pushed onto a cell, marked T. Then only that counts. " + answer_format(MOVES, self.moves_per_turn))
-        self.examples = _examples(self.moves_per_turn)
+        if positions:  # said before the answer format, which the lines below replace as a whole
+            self.instructions = self.instructions.replace("boxes cannot be pulled. ",
+                                                          "boxes cannot be pulled. " + self.POSITIONS_LINE)
+        self.examples = _examples(self.moves_per_turn, positions)
         self.task: Task | None = None  # the synthesized task being played (None: the ordinary game)
         self.marks: frozenset[Pos] = frozenset()
         self.shape: Pos = (h, w)
@@ -194,7 +207,17 @@ class SokobanEnv(PlaysTasks, TextEnv):
     def render(self) -> str:
         if not self.targets:
             return ""
-        return render_room(self.shape, self.walls, self.targets, self.boxes, self.player, self.marks)
+        room = render_room(self.shape, self.walls, self.targets, self.boxes, self.player, self.marks)
+        if not self.positions:
+            return room
+        player, cells = goal_cells(self.task.goal) if self.task is not None else (None, None)
+        if player is not None:
+            words = describe_positions(self.player, self.boxes, {player}, aim="you")
+        elif cells is not None and not is_solve_task(self.task):
+            words = describe_positions(self.player, self.boxes, cells, aim="cell T")
+        else:
+            words = describe_positions(self.player, self.boxes, self.targets)
+        return f"{room}\n{words}"
 
     def expert_action(self) -> str | None:
         """The first move of a shortest solution (BFS), or None when solved or unsolvable."""
@@ -289,10 +312,10 @@ class SokobanEnv(PlaysTasks, TextEnv):
         self.task = snapshot.get("task")
 
 
-def _examples(k: int) -> list[tuple[str, str]]:
+def _examples(k: int, positions: bool = False) -> list[tuple[str, str]]:
     """Two example turns in the fixed example room, each answered with moves on a shortest plan."""
     env = SokobanEnv.__new__(SokobanEnv)
-    env.moves_per_turn, env.invalid_penalty, env.done = 4, 0.0, False
+    env.moves_per_turn, env.invalid_penalty, env.done, env.positions = 4, 0.0, False, positions
     first = env.load(_EXAMPLE_ROOM)  # plan: Left Up Right Right
     env.step("Left Up")
     second = env.render()

@@ -87,6 +87,33 @@ def render_room(shape: Pos, walls, targets, boxes, player: Pos, marks=frozenset(
     return "\n".join(rows)
 
 
+def offset(frm: Pos, to: Pos) -> str:
+    """Where ``to`` lies from ``frm`` in the moves' words: ``"2 Up, 1 Right"`` (rows first), ``"here"`` when equal."""
+    dr, dc = to[0] - frm[0], to[1] - frm[1]
+    parts = [f"{abs(dr)} {'Down' if dr > 0 else 'Up'}"] if dr else []
+    parts += [f"{abs(dc)} {'Right' if dc > 0 else 'Left'}"] if dc else []
+    return ", ".join(parts) or "here"
+
+
+def describe_positions(player: Pos, boxes, aims, aim: str = "target") -> str:
+    """The room's positions in words, for the ``positions`` observation. Each box is counted in moves from you,
+    and the nearest of ``aims`` that no other box covers is counted from that box; ``aim`` names those cells
+    (``"target"``, or ``"cell T"`` for a task's named cells). With ``aim="you"`` the one aim is a cell to stand
+    on, counted from you. A small model reads "1 Up, 2 Right of you" more easily than it finds two symbols in a
+    grid and subtracts their rows and columns."""
+    if aim == "you":
+        (cell,) = aims
+        return f"The cell T: {offset(player, cell)} of you."
+    lines = []
+    for i, b in enumerate(sorted(boxes), 1):
+        free = [t for t in aims if t == b or t not in boxes] or list(aims)
+        nearest = min(free, key=lambda t: (abs(t[0] - b[0]) + abs(t[1] - b[1]), t))
+        name = "The box" if len(boxes) == 1 else f"Box {i}"
+        where = f"on its {aim}" if nearest == b else f"its {aim} {offset(b, nearest)} of it"
+        lines.append(f"{name}: {offset(player, b)} of you; {where}.")
+    return "\n".join(lines)
+
+
 def room_key(room: dict[str, Any]) -> str:
     """A room's content key (``envs/holdout.py``): the room drawn with its boxes and the player at the start."""
     return render_room(tuple(room["shape"]), room["walls"], room["targets"], room["boxes"], tuple(room["player"]))
