@@ -340,6 +340,7 @@ def test_sokoban_positions_in_words():
     assert describe_positions((2, 1), {(2, 3), (4, 2)}, {(2, 3), (4, 4)}).splitlines() == [
         "Box 1: 2 Right of you; on its target.", "Box 2: 2 Down, 1 Right of you; its target 2 Right of it."]
     assert describe_positions((3, 3), {(1, 1)}, {(1, 4)}, aim="you") == "The cell T: 2 Up, 1 Right of you."
+    assert describe_positions((1, 4), {(1, 1)}, {(1, 4)}, aim="you") == "The cell T: you stand on it."
 
     env = room(ROOM_ONE, positions=True)
     assert env.render() == ROOM_ONE + "\nThe box: 1 Right of you; its target 2 Right of it."

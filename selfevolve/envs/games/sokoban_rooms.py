@@ -103,7 +103,7 @@ def describe_positions(player: Pos, boxes, aims, aim: str = "target") -> str:
     grid and subtracts their rows and columns."""
     if aim == "you":
         (cell,) = aims
-        return f"The cell T: {offset(player, cell)} of you."
+        return "The cell T: you stand on it." if cell == tuple(player) else f"The cell T: {offset(player, cell)} of you."
     lines = []
     for i, b in enumerate(sorted(boxes), 1):
         free = [t for t in aims if t == b or t not in boxes] or list(aims)
