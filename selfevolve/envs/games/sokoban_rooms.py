@@ -103,7 +103,8 @@ def describe_positions(player: Pos, boxes, aims, aim: str = "target") -> str:
     grid and subtracts their rows and columns."""
     if aim == "you":
         (cell,) = aims
-        return "The cell T: you stand on it." if cell == tuple(player) else f"The cell T: {offset(player, cell)} of you."
+        where = "you stand on it" if cell == tuple(player) else f"{offset(player, cell)} of you"
+        return f"The cell T: {where}."
     lines = []
     for i, b in enumerate(sorted(boxes), 1):
         free = [t for t in aims if t == b or t not in boxes] or list(aims)
