@@ -12,6 +12,7 @@ import torch
 import selfevolve.models.recompute as recompute
 from selfevolve.config import load_config
 from selfevolve.models.loading import load_model
+from selfevolve.models.prefix_sharing import EncodedPrefix
 from selfevolve.objectives.memory import activation_bytes_per_token, micro_batch_bound
 from selfevolve.objectives.samples import Row, collate, shared_prefix_len, turn_cuts
 from selfevolve.train.trainer import build_policy
@@ -37,9 +38,10 @@ def _rows() -> list[Row]:
     ]
 
 
-def _forward_backward(policy, rows, enabled: bool):
+def _forward_backward(policy, rows, enabled: bool, encoded: bool = False):
     """Log-probs, entropies and LoRA gradients of one training forward and backward, and the shapes of the tensors
-    autograd was handed to keep."""
+    autograd was handed to keep. ``encoded``: the shared prefix encoded beforehand, as the update does for a
+    minibatch of several micro-batches (``prefix_sharing.EncodedPrefix``)."""
     recompute.ENABLED = enabled
     kept = []
 
@@ -50,10 +52,15 @@ def _forward_backward(policy, rows, enabled: bool):
     try:
         b = collate(rows, policy.pad_id, policy.device)
         policy.model.zero_grad(set_to_none=True)
+        prefix_len = shared_prefix_len(rows)
+        prefix = EncodedPrefix(policy.body_and_head()[0], rows[0].ids[:prefix_len]) if encoded else None
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             logp, ent, _ = policy.forward_rows(b["input_ids"], b["attention_mask"], b["loss_mask"], with_entropy=True,
-                                               prefix_len=shared_prefix_len(rows), cuts=[turn_cuts(r) for r in rows])
+                                               prefix_len=prefix_len, cuts=[turn_cuts(r) for r in rows],
+                                               prefix=prefix)
         (logp * torch.linspace(-1, 2, logp.numel())).sum().backward()
+        if prefix is not None:
+            prefix.backward()
     finally:
         recompute.ENABLED = True
     grads = [p.grad.clone() for p in policy.trainable_parameters()]
@@ -75,8 +82,19 @@ def test_recomputed_activations_give_the_same_numbers_bit_for_bit_and_are_not_ke
     width = (1, 41, config.intermediate_size)
     assert kept0.count(width) == 3 * config.num_hidden_layers
     assert kept.count(width) == 2 * config.num_hidden_layers
-    # the attention keeps its inputs only; without recomputation also its gathers, outputs and statistics
+    # the attention keeps its inputs, outputs and statistics (GroupsAttended); without recomputation also its
+    # gathered copies
     assert len(kept) < len(kept0)
+
+
+def test_with_the_prefix_encoded_beforehand_too(policy):
+    """The same with the shared prefix encoded in a forward of its own: the groups' attention then also reads the
+    prefix's keys and values, whose gradients reach the prefix's forward through them."""
+    rows = _rows()
+    logp, ent, grads, _ = _forward_backward(policy, rows, enabled=True, encoded=True)
+    logp0, ent0, grads0, _ = _forward_backward(policy, rows, enabled=False, encoded=True)
+    assert logp.shape == (11,) and torch.equal(logp, logp0) and torch.equal(ent, ent0)
+    assert all(torch.equal(g, g0) for g, g0 in zip(grads, grads0)) and any(g.abs().sum() > 0 for g in grads)
 
 
 def test_the_micro_batch_bound_from_the_activations_memory(policy):

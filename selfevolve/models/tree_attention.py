@@ -16,11 +16,15 @@ and values of all groups are gathered from the packed sequence by one ``index_se
 
 Memory (2026-11-26): kept for the backward, the gathered copies, each group's output and the attention's
 statistics took 1.3 GB of the 3.2 GB the update's forward kept for 2,136 tokens of SmolLM2-135M (the keys of
-every node repeat its ancestors'). In a training forward the attention therefore runs under
-:func:`torch.utils.checkpoint.checkpoint`: only ``q``, ``k`` and ``v`` are kept, and the gathers and the fused
-attention run again in the backward (a fifth of a layer's work or less; the matrix products are not repeated).
-The same operations on the same inputs: values and gradients are bit for bit the same (tested). The profile is
-in docs/benchmarks.md, "Memory of the default run".
+every node repeat its ancestors'). In a training forward on the CPU the groups' attention is therefore one
+autograd function, :class:`GroupsAttended`: it keeps ``q``, ``k`` and ``v`` and each group's output and
+log-sum-exp (the fused kernel's own statistics, one number a query and head), makes the gathered copies again in
+the backward and hands them to the fused kernel's backward with the kept output. Until 2026-12-05 the whole
+attention ran under :func:`torch.utils.checkpoint.checkpoint` instead, keeping only ``q``, ``k`` and ``v``, so the
+backward ran the fused attention's forward a second time (docs/benchmarks.md, "The attention's backward without
+its forward again"); that stays the way on other devices, whose fused kernels differ. Either way the operations
+are those of the plain forward on the same inputs: values and gradients are bit for bit the same (tested). The
+profile is in docs/benchmarks.md, "Memory of the default run".
 """
 
 from __future__ import annotations
@@ -83,41 +87,100 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     if plan.prefix_kv is not None:
         pk, pv = plan.prefix_kv[module.layer_idx]
         k, v = torch.cat([pk, k], dim=1), torch.cat([pv, v], dim=1)
-    if recomputing(q, k, v):
+    if recomputing(q, k, v) and q.device.type != "cpu":
         # Kept for the backward: only q, k and v; the gathered copies, the scores' statistics and the outputs are
         # recomputed from them (see the module's text, "Memory")
         out = checkpoint(_attend, q, k, v, plan, scaling, use_reentrant=False, preserve_rng_state=False)
     else:
-        out = _attend(q, k, v, plan, scaling)
+        out = _attend(q, k, v, plan, scaling, kept_outputs=recomputing(q, k, v))
     return out[None], None
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, scaling) -> torch.Tensor:
-    """The tree's attention of ``q [H, T, D]`` over ``k``, ``v [Hkv, T, D]``: ``[T, H, D]``."""
-    H, _, D = q.shape
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan, scaling,
+            kept_outputs: bool = False) -> torch.Tensor:
+    """The tree's attention of ``q [H, T, D]`` over ``k``, ``v [Hkv, T, D]``: ``[T, H, D]``. ``kept_outputs``: the
+    groups' part through :class:`GroupsAttended` (CPU only), which keeps no gathered copy for the backward."""
     # CPU: torch's fused kernel reads grouped key/value heads as they are. CUDA: its fused kernels take a mask
     # only with the heads repeated (models/compat.py, prefer_grouped_attention).
     grouped = q.device.type == "cpu"
+    H = q.shape[0]
     if not grouped and H != k.shape[0]:
         k, v = k.repeat_interleave(H // k.shape[0], dim=0), v.repeat_interleave(H // v.shape[0], dim=0)
-    Hkv, P = k.shape[0], plan.prefix
+    P = plan.prefix
     first = None if plan.prefix_kv is not None else F.scaled_dot_product_attention(
         q[None, :, :P], k[None, :, :P], v[None, :, :P], is_causal=True, scale=scaling,
         enable_gqa=grouped)[0].transpose(0, 1)  # [P, H, D]
+    if kept_outputs:
+        rest = GroupsAttended.apply(q, k, v, plan, scaling)
+    else:
+        outs = [F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, scale=scaling, enable_gqa=grouped)
+                for g, qg, kg, vg in zip(plan.groups, *_gathered(q, k, v, plan))]
+        rest = _laid_out(outs, plan)
+    return rest if first is None else torch.cat([first, rest])
+
+
+def _gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: TreePlan):
+    """Each group's queries ``[m, H, S, D]`` and keys and values ``[m, Hkv, K, D]``, gathered from the packed
+    sequence: three lists, one entry a group."""
+    H, _, D = q.shape
+    Hkv = k.shape[0]
     # split, not sliced: the backward of a split is one concatenation, of slices a zero-filled copy each
     key_slots = [g.m * g.K for g in plan.groups]
     qs = q.index_select(1, plan.queries).split([g.m * g.S for g in plan.groups], dim=1)
     ks = k.index_select(1, plan.keys).split(key_slots, dim=1)
     vs = v.index_select(1, plan.keys).split(key_slots, dim=1)
-    outs = []
-    for g, qg, kg, vg in zip(plan.groups, qs, ks, vs):
-        out = F.scaled_dot_product_attention(
-            qg.view(H, g.m, g.S, D).transpose(0, 1), kg.view(Hkv, g.m, g.K, D).transpose(0, 1),
-            vg.view(Hkv, g.m, g.K, D).transpose(0, 1), attn_mask=g.mask, scale=scaling,
-            enable_gqa=grouped)
-        outs.append(out.transpose(1, 2).reshape(g.m * g.S, H, D))
-    rest = torch.cat(outs).index_select(0, plan.real)
-    return rest if first is None else torch.cat([first, rest])
+    return ([qg.view(H, g.m, g.S, D).transpose(0, 1) for g, qg in zip(plan.groups, qs)],
+            [kg.view(Hkv, g.m, g.K, D).transpose(0, 1) for g, kg in zip(plan.groups, ks)],
+            [vg.view(Hkv, g.m, g.K, D).transpose(0, 1) for g, vg in zip(plan.groups, vs)])
+
+
+def _laid_out(outs: list[torch.Tensor], plan: TreePlan) -> torch.Tensor:
+    """The groups' outputs ``[m, H, S, D]`` as the packed sequence's tokens after the prefix: ``[T', H, D]``."""
+    H, D = outs[0].shape[1], outs[0].shape[3]
+    return torch.cat([o.transpose(1, 2).reshape(g.m * g.S, H, D) for g, o in zip(plan.groups, outs)]
+                     ).index_select(0, plan.real)
+
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # what SDPA runs on the CPU (tested)
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+class GroupsAttended(torch.autograd.Function):
+    """The groups' part of :func:`_attend` on the CPU, keeping for the backward ``q``, ``k``, ``v`` and each
+    group's output and log-sum-exp; the backward gathers the groups' copies again and runs, in order, the
+    operations autograd runs for the plain forward: ``index_select``'s backward, the concatenation's, the
+    reshapes', the fused kernel's own backward, the gathers'. So the gradients are bit for bit the plain ones."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: TreePlan, scaling):
+        outs, lses = [], []
+        for g, qg, kg, vg in zip(plan.groups, *_gathered(q, k, v, plan)):
+            out, lse = FLASH(qg, kg, vg, 0.0, False, attn_mask=g.mask, scale=scaling)
+            outs.append(out)
+            lses.append(lse)
+        ctx.save_for_backward(q, k, v, *outs, *lses)
+        ctx.plan, ctx.scaling = plan, scaling
+        return _laid_out(outs, plan)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, *saved = ctx.saved_tensors
+        plan = ctx.plan
+        n = len(plan.groups)
+        H, _, D = q.shape
+        slots = [g.m * g.S for g in plan.groups]
+        grad_outs = grad.new_zeros(sum(slots), H, D).index_add_(0, plan.real, grad).split(slots, dim=0)
+        dq, dk, dv = [], [], []
+        for g, go, qg, kg, vg, out, lse in zip(plan.groups, grad_outs, *_gathered(q, k, v, plan), saved[:n],
+                                               saved[n:]):
+            gq, gk, gv = FLASH_BACKWARD(go.view(g.m, g.S, H, D).transpose(1, 2), qg, kg, vg, out, lse, 0.0, False,
+                                        attn_mask=g.mask, scale=ctx.scaling)
+            dq.append(gq.transpose(0, 1).reshape(H, g.m * g.S, D))
+            dk.append(gk.transpose(0, 1).reshape(k.shape[0], g.m * g.K, D))
+            dv.append(gv.transpose(0, 1).reshape(v.shape[0], g.m * g.K, D))
+        return (q.new_zeros(q.shape).index_add_(1, plan.queries, torch.cat(dq, dim=1)),
+                k.new_zeros(k.shape).index_add_(1, plan.keys, torch.cat(dk, dim=1)),
+                v.new_zeros(v.shape).index_add_(1, plan.keys, torch.cat(dv, dim=1)), None, None)
 
 
 AttentionInterface.register(NAME, tree_attention)
