@@ -100,8 +100,10 @@ def test_with_the_prefix_encoded_beforehand_too(policy):
 def test_the_micro_batch_bound_from_the_activations_memory(policy):
     # SmolLM2-135M in fp32: 30 layers × (12 × 576 + 4 × 1,536) × 4 bytes = 30 × 13,056 × 4 = 1,566,720 bytes
     assert activation_bytes_per_token(30, 576, 1536, 4) == 1_566_720
-    # 2.5e9 // 1,566,720 = 1,595 (1,596 tokens would take 2,500,485,120 bytes)
-    assert int(2.5e9 // 1_566_720) == 1595
+    # 2.5e9 // 1,566,720 = 1,595 (1,596 tokens would take 2,500,485,120 bytes); the default 3.0e9: 1,914
+    # (1,915 would take 3,000,268,800)
+    assert int(2.5e9 // 1_566_720) == 1595 and int(3.0e9 // 1_566_720) == 1914
+    assert load_config().algo.micro_batch_gb == 3.0
     config = policy.model.config
     per_token = config.num_hidden_layers * (12 * config.hidden_size + 4 * config.intermediate_size) * 4
     assert activation_bytes_per_token(config.num_hidden_layers, config.hidden_size, config.intermediate_size, 4) == per_token

@@ -11,8 +11,11 @@ model's sizes:
 
 For SmolLM2-135M in fp32 (30 layers, hidden 576, MLP 1,536) that is 1.57 MB, above the 1.05-1.45 MB measured
 as the peak above the loaded model over the forward and backward of warm-start batches of 1,290 and 2,136 tokens
-(docs/benchmarks.md, "Memory of the default run"): the default 2.5 GB allows 1,595 (tokens and cached positions
-counted as ``micro_batches`` counts them). For the tests' tiny model a token costs a few kilobytes, so
+(docs/benchmarks.md, "Memory of the default run"): the default 3.0 GB allows 1,914 (tokens and cached positions
+counted as ``micro_batches`` counts them). 3.0 since 2026-12-05 (2.5 before, 1,595 tokens): with the attention's
+backward of that day the whole default run's memory measures then cost 1.021x and 1.008x its time without them,
+at peaks of 3.79 and 3.83 GB (seeds 0 and 1, side by side; docs/benchmarks.md, "The attention's backward without
+its forward again"). For the tests' tiny model a token costs a few kilobytes, so
 ``micro_batch_tokens`` alone bounds it.
 """
 
