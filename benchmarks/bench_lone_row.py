@@ -20,11 +20,7 @@ import random
 import statistics
 import time
 
-import torch
-
-from bench_memory import warm_start_batch  # this folder is on the path: the script's own
-from selfevolve.build import build_policy
-from selfevolve.config import load_config
+from bench_memory import one_thread_cloning_setup  # this folder is on the path: the script's own
 from selfevolve.models import policy as policy_module
 from selfevolve.objectives import update
 
@@ -42,12 +38,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    cfg = load_config(overrides=["algo.minibatches=4"])
-    torch.manual_seed(cfg.seed)
-    policy = build_policy(cfg)
-    batches = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
+    cfg, policy, rows, optimizer = one_thread_cloning_setup()
+    batches = dict(zip(("nll", "ppo"), rows))
     body, _ = policy.body_and_head()
     fed, forward = [0], body.forward
     calls = {"micro": 0, "lone": 0}  # the "now" way's forwards of micro-batches, and of lone rows beside others

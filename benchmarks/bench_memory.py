@@ -72,6 +72,23 @@ def warm_start_batch(cfg, policy, n_tasks: int | None = None):
     return build_rows(trajs, [0.0] * len(trajs)), build_rows(trajs, [draw.gauss(0, 1) for _ in trajs])
 
 
+def one_thread_cloning_setup():
+    """The setting of the one-thread update benchmarks (``bench_lone_row.py``, ``bench_recompute.py``): one torch
+    thread, the defaults with 4 minibatches, the default model, the warm start's first batch and an optimizer at
+    learning rate 0 (every repetition sees the same weights): ``(cfg, policy, (nll rows, ppo rows), optimizer)``."""
+    import torch
+
+    from selfevolve.build import build_policy
+    from selfevolve.config import load_config
+
+    torch.set_num_threads(1)
+    cfg = load_config(overrides=["algo.minibatches=4"])
+    torch.manual_seed(cfg.seed)
+    policy = build_policy(cfg)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
+    return cfg, policy, warm_start_batch(cfg, policy), optimizer
+
+
 def worker(way: str, reps: int, n_tasks: int | None) -> dict:
     """One way's updates in this process; its times and peak memory."""
     import torch

@@ -26,9 +26,7 @@ import time
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from bench_memory import warm_start_batch  # this folder is on the path: the script's own
-from selfevolve.build import build_policy
-from selfevolve.config import load_config
+from bench_memory import one_thread_cloning_setup  # this folder is on the path: the script's own
 from transformers import AttentionInterface
 
 from selfevolve.models import recompute, tree_attention
@@ -59,12 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    cfg = load_config(overrides=["algo.minibatches=4"])
-    torch.manual_seed(cfg.seed)
-    policy = build_policy(cfg)
-    rows = warm_start_batch(cfg, policy)[0]
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
+    cfg, policy, (rows, _), optimizer = one_thread_cloning_setup()
     on = recompute.recomputing
     times = {w: [] for w in WAYS}
     losses, grads = {}, {}
