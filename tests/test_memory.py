@@ -12,6 +12,7 @@ import torch
 import selfevolve.models.recompute as recompute
 from selfevolve.config import load_config
 from selfevolve.models.loading import load_model
+from selfevolve.models import tree_attention
 from selfevolve.models.prefix_sharing import EncodedPrefix
 from selfevolve.objectives.memory import activation_bytes_per_token, micro_batch_bound
 from selfevolve.objectives.samples import Row, collate, shared_prefix_len, turn_cuts
@@ -67,9 +68,15 @@ def _forward_backward(policy, rows, enabled: bool, encoded: bool = False):
     return logp.detach(), ent, grads, kept
 
 
-def test_recomputed_activations_give_the_same_numbers_bit_for_bit_and_are_not_kept(policy):
+def test_recomputed_activations_give_the_same_numbers_bit_for_bit_and_are_not_kept(policy, monkeypatch):
     rows = _rows()
+    calls = []
+    forward = tree_attention.GroupsAttended.forward
+    monkeypatch.setattr(tree_attention.GroupsAttended, "forward",
+                        staticmethod(lambda ctx, *a: calls.append(1) or forward(ctx, *a)))
     logp, ent, grads, kept = _forward_backward(policy, rows, enabled=True)
+    # on the CPU the attention goes through GroupsAttended, once a layer
+    assert len(calls) == policy.model.config.num_hidden_layers
     logp0, ent0, grads0, kept0 = _forward_backward(policy, rows, enabled=False)
     assert logp.shape == (11,) and torch.equal(logp, logp0) and torch.equal(ent, ent0)
     assert len(grads) == len(grads0) > 0 and all(torch.equal(g, g0) for g, g0 in zip(grads, grads0))
@@ -85,6 +92,19 @@ def test_recomputed_activations_give_the_same_numbers_bit_for_bit_and_are_not_ke
     # the attention keeps its inputs, outputs and statistics (GroupsAttended); without recomputation also its
     # gathered copies
     assert len(kept) < len(kept0)
+
+
+def test_with_the_fused_kernel_switched_off_the_attention_goes_under_the_checkpoint(policy, monkeypatch):
+    """``sdpa_kernel`` without FLASH_ATTENTION makes SDPA run its math backend on the CPU: GroupsAttended (which runs
+    the fused kernel) then stands aside, and the recomputed numbers are still the plain forward's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    monkeypatch.setattr(tree_attention.GroupsAttended, "forward", staticmethod(lambda ctx, *a: 1 / 0))
+    rows = _rows()
+    with sdpa_kernel(SDPBackend.MATH):
+        logp, _, grads, _ = _forward_backward(policy, rows, enabled=True)
+        logp0, _, grads0, _ = _forward_backward(policy, rows, enabled=False)
+    assert torch.equal(logp, logp0) and all(torch.equal(g, g0) for g, g0 in zip(grads, grads0))
 
 
 def test_with_the_prefix_encoded_beforehand_too(policy):

@@ -87,7 +87,10 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     if plan.prefix_kv is not None:
         pk, pv = plan.prefix_kv[module.layer_idx]
         k, v = torch.cat([pk, k], dim=1), torch.cat([pv, v], dim=1)
-    if recomputing(q, k, v) and q.device.type != "cpu":
+    # GroupsAttended runs the CPU's fused kernel, which SDPA runs there unless the user switched it off
+    # (torch.nn.attention.sdpa_kernel without FLASH_ATTENTION): then the checkpoint, as on other devices
+    fused_cpu = q.device.type == "cpu" and torch.backends.cuda.flash_sdp_enabled()
+    if recomputing(q, k, v) and not fused_cpu:
         # Kept for the backward: only q, k and v; the gathered copies, the scores' statistics and the outputs are
         # recomputed from them (see the module's text, "Memory")
         out = checkpoint(_attend, q, k, v, plan, scaling, use_reentrant=False, preserve_rng_state=False)
@@ -178,9 +181,10 @@ class GroupsAttended(torch.autograd.Function):
             dq.append(gq.transpose(0, 1).reshape(H, g.m * g.S, D))
             dk.append(gk.transpose(0, 1).reshape(k.shape[0], g.m * g.K, D))
             dv.append(gv.transpose(0, 1).reshape(v.shape[0], g.m * g.K, D))
-        return (q.new_zeros(q.shape).index_add_(1, plan.queries, torch.cat(dq, dim=1)),
-                k.new_zeros(k.shape).index_add_(1, plan.keys, torch.cat(dk, dim=1)),
-                v.new_zeros(v.shape).index_add_(1, plan.keys, torch.cat(dv, dim=1)), None, None)
+        needed = ctx.needs_input_grad
+        return (q.new_zeros(q.shape).index_add_(1, plan.queries, torch.cat(dq, dim=1)) if needed[0] else None,
+                k.new_zeros(k.shape).index_add_(1, plan.keys, torch.cat(dk, dim=1)) if needed[1] else None,
+                v.new_zeros(v.shape).index_add_(1, plan.keys, torch.cat(dv, dim=1)) if needed[2] else None, None, None)
 
 
 AttentionInterface.register(NAME, tree_attention)
