@@ -22,9 +22,9 @@ log-sum-exp (the fused kernel's own statistics, one number a query and head), ma
 the backward and hands them to the fused kernel's backward with the kept output. Until 2026-12-05 the whole
 attention ran under :func:`torch.utils.checkpoint.checkpoint` instead, keeping only ``q``, ``k`` and ``v``, so the
 backward ran the fused attention's forward a second time (docs/benchmarks.md, "The attention's backward without
-its forward again"); that stays the way on other devices, whose fused kernels differ. Either way the operations
-are those of the plain forward on the same inputs: values and gradients are bit for bit the same (tested). The
-profile is in docs/benchmarks.md, "Memory of the default run".
+its forward again"); that stays the way on other devices, whose fused kernels differ, and where the CPU's fused
+kernel is switched off. Either way the operations are those of the plain forward on the same inputs: values and
+gradients are bit for bit the same (tested). The profile is in docs/benchmarks.md, "Memory of the default run".
 """
 
 from __future__ import annotations
