@@ -90,12 +90,13 @@ def tree_attention(module, query, key, value, attention_mask, dropout: float = 0
     # GroupsAttended runs the CPU's fused kernel, which SDPA runs there unless the user switched it off
     # (torch.nn.attention.sdpa_kernel without FLASH_ATTENTION): then the checkpoint, as on other devices
     fused_cpu = q.device.type == "cpu" and torch.backends.cuda.flash_sdp_enabled()
-    if recomputing(q, k, v) and not fused_cpu:
+    recomputed = recomputing(q, k, v)
+    if recomputed and not fused_cpu:
         # Kept for the backward: only q, k and v; the gathered copies, the scores' statistics and the outputs are
         # recomputed from them (see the module's text, "Memory")
         out = checkpoint(_attend, q, k, v, plan, scaling, use_reentrant=False, preserve_rng_state=False)
     else:
-        out = _attend(q, k, v, plan, scaling, kept_outputs=recomputing(q, k, v))
+        out = _attend(q, k, v, plan, scaling, kept_outputs=recomputed)
     return out[None], None
 
 
