@@ -1,8 +1,9 @@
-"""glibc's malloc settings for a CPU run (``selfevolve/models/allocator.py``): applied once, skipped when the user
-chose their own or opted out."""
+"""glibc's malloc settings and oneDNN's primitive cache for a CPU run (``selfevolve/models/allocator.py``): applied
+once, skipped when the user chose their own or opted out."""
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 import pytest
@@ -41,8 +42,19 @@ def test_loading_a_model_applies_them_on_the_cpu_only(monkeypatch):
 
     called = []
     monkeypatch.setattr("selfevolve.models.loading.keep_freed_memory", lambda: called.append(1) or True)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     load_model("tiny", "fp32")
-    assert called == ([1] if default_device().type == "cpu" else [])  # a model on a GPU leaves malloc alone
+    cpu = default_device().type == "cpu"
+    assert called == ([1] if cpu else [])  # a model on a GPU leaves malloc alone
+    # and oneDNN's primitive cache: 16 kept, set before any bf16 product could build the cache
+    assert os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == ("16" if cpu else None)
+
+
+def test_primitive_cache_bounded_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert allocator.bound_primitive_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
+    assert not allocator.bound_primitive_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"
 
 
 @pytest.mark.skipif(not glibc(), reason="malloc_trim is glibc's")

@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from selfevolve.errors import ConfigError
-from selfevolve.models.allocator import keep_freed_memory
+from selfevolve.models.allocator import bound_primitive_cache, keep_freed_memory
 from selfevolve.models import decode_attention
 from selfevolve.models.compat import prefer_grouped_attention
 
@@ -219,6 +219,7 @@ def load_model(name: str, dtype: str = "auto", seed: int = 0):
     decode_attention.use_for(model)  # bf16 on a CPU: decode steps without torch's slow fused half-precision kernel
     if device.type == "cpu":
         keep_freed_memory()  # a CPU run reuses freed blocks instead of faulting them in again (allocator.py)
+        bound_primitive_cache()  # and does not keep a bf16 kernel for every micro-batch's length (allocator.py)
     model.eval()
     return model, tok
 
