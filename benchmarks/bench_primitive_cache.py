@@ -41,13 +41,16 @@ def worker(arm: str, lengths: int) -> dict:
     from selfevolve.models import allocator
 
     if arm == "16":
-        assert allocator.bound_primitive_cache() and allocator.PRIMITIVE_CACHE == 16
+        applied = allocator.bound_primitive_cache()  # the library's own bound, as a run sets it at load
+        if not applied or allocator.PRIMITIVE_CACHE != 16:
+            raise SystemExit("the run's primitive cache bound was not applied as 16")
     elif arm != "fp32":
         os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = arm
     import torch
     import torch.nn.functional as F
 
-    allocator.keep_freed_memory()  # the heap as a run's update has it
+    if not allocator.keep_freed_memory():  # the heap as a run's update has it
+        raise SystemExit("the run's malloc settings are not in force (SELFEVOLVE_MALLOC or MALLOC_*_ is set)")
     with allocator.heap_not_grown_by_large_blocks():
         return products(arm, lengths, torch, F)
 
@@ -89,6 +92,7 @@ def main() -> None:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
+    env.pop("DNNL_PRIMITIVE_CACHE_CAPACITY", None)
     results: dict[str, list[dict]] = {a: [] for a in args.arms}
     for r in range(args.rounds):
         for arm in args.arms:

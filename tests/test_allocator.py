@@ -42,19 +42,30 @@ def test_loading_a_model_applies_them_on_the_cpu_only(monkeypatch):
 
     called = []
     monkeypatch.setattr("selfevolve.models.loading.keep_freed_memory", lambda: called.append(1) or True)
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    unset_primitive_cache(monkeypatch)
     load_model("tiny", "fp32")
     cpu = default_device().type == "cpu"
     assert called == ([1] if cpu else [])  # a model on a GPU leaves malloc alone
-    # and oneDNN's primitive cache: 16 kept, set before any bf16 product could build the cache
+    # and oneDNN's primitive cache: 16 kept
     assert os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == ("16" if cpu else None)
 
 
+def unset_primitive_cache(monkeypatch):
+    """Neither name of oneDNN's variable set, and whatever the test sets undone after it (a delenv of an unset
+    variable records nothing to restore, so set it first)."""
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def test_primitive_cache_bounded_unless_the_user_chose(monkeypatch):
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    unset_primitive_cache(monkeypatch)
     assert allocator.bound_primitive_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     assert not allocator.bound_primitive_cache() and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"
+    unset_primitive_cache(monkeypatch)
+    monkeypatch.setenv("DNNL_PRIMITIVE_CACHE_CAPACITY", "64")  # the older name, which oneDNN reads too
+    assert not allocator.bound_primitive_cache() and "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
 
 
 @pytest.mark.skipif(not glibc(), reason="malloc_trim is glibc's")

@@ -31,18 +31,19 @@ pair's noise, was the time (docs/benchmarks.md, "What the memory measures cost t
 Not applied when ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` is already set (the user's choice), when
 ``SELFEVOLVE_MALLOC=default`` (opt out), or where the C library is not glibc.
 
-**oneDNN's primitive cache** (:func:`bound_primitive_cache`) is memory kept for reuse too. On the CPU, PyTorch runs
-a bf16 matrix product through oneDNN (fp32 products go to MKL in this build), which builds a "primitive" (a kernel
+**oneDNN's primitive cache** (:func:`bound_primitive_cache`) is memory kept for reuse too. On a CPU with bf16
+arithmetic (the AMD EPYC measured), PyTorch runs a bf16 matrix product through oneDNN (fp32 products go to MKL in
+this build), which builds a "primitive" (a kernel
 for the product's exact shapes) and keeps up to 1,024 of them. The update's micro-batches have a new number of tokens
-almost every time, so each adds eight primitives (four products forward, four backward) never used again, and the
+almost every time, so each adds eight primitives (four shapes forward, four backward) never used again, and the
 heap grows with them: bf16 products of SmolLM2-135M's four shapes at 200 random lengths kept 1.08 GB with 1,024,
 0.49 GB with 16 and 0.05 GB in fp32 (``benchmarks/bench_primitive_cache.py``). The run keeps 16: within one
 micro-batch the 30 layers reuse its eight, and a short product costs what it does with 1,024, where keeping none
 costs about 0.4 ms a product to build it again. In the default run with ``model.matmul_dtype=bf16_update`` the
 peaks fell from 4.53 to 4.09 GB (seed 0, none kept) and from 5.26 to 4.44-4.67 GB (seed 2, none or 16 kept), with
 the same numbers at every step (docs/benchmarks.md, "What the RL steps of bf16_update held"). Not applied where
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set (the user's choice), or where oneDNN built its cache before (it reads
-the variable once, at its first primitive).
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` or its older name ``DNNL_PRIMITIVE_CACHE_CAPACITY`` is set (the user's choice);
+without effect where oneDNN built its cache before (it reads the variable once, at its first primitive).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 2**31 - 1  # the largest int: the heap is never trimmed
 UPDATE_MMAP_THRESHOLD = 4 * 1024 * 1024  # in the update: blocks from 4 MiB up that no free chunk fits are mmapped
-PRIMITIVE_CACHE = 16  # oneDNN primitives kept: one micro-batch's eight products forward and backward, twice over
+PRIMITIVE_CACHE = 16  # oneDNN primitives kept: one micro-batch's eight (forward and backward), twice over
 
 _applied: bool | None = None
 _mallopt = None
@@ -95,7 +96,7 @@ def _apply() -> bool:
 def bound_primitive_cache() -> bool:
     """Keep at most ``PRIMITIVE_CACHE`` oneDNN primitives (see the module's text), unless the user set how many.
     Whether this set it."""
-    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ or "DNNL_PRIMITIVE_CACHE_CAPACITY" in os.environ:
         return False
     os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(PRIMITIVE_CACHE)
     return True
