@@ -39,8 +39,8 @@ forward, four backward) never used again, and the heap grows with them: bf16 pro
 at 200 random lengths kept 1.08 GB with 1,024, 0.49 GB with 16 and 0.05 GB in fp32
 (``benchmarks/bench_primitive_cache.py``). The run keeps 16: within one micro-batch the 30 layers reuse its eight,
 and a short product costs what it does with 1,024, where keeping none costs about 0.4 ms a product to build it
-again. In the default run with ``model.matmul_dtype=bf16_update`` the peaks fell from 4.53 to 4.09 GB (seed 0, none
-kept) and from 5.26 to 4.44-4.67 GB (seed 2, none or 16 kept), with the same numbers at every step
+again. In the default run with ``model.matmul_dtype=bf16_update`` the peaks fell from 4.53-4.66 to 4.09-4.12 GB
+(seed 0, none or 16 kept) and from 5.26 to 4.44-4.67 GB (seed 2), with the same numbers at every step
 (docs/benchmarks.md, "What the RL steps of bf16_update held"). Not applied where ``ONEDNN_PRIMITIVE_CACHE_CAPACITY``
 or its older name ``DNNL_PRIMITIVE_CACHE_CAPACITY`` is set (the user's choice); without effect where oneDNN built
 its cache before (it reads the variable once, at its first primitive).
