@@ -46,35 +46,36 @@ def worker(arm: str, lengths: int) -> dict:
             raise SystemExit("the run's primitive cache bound was not applied as 16")
     elif arm != "fp32":
         os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = arm
-    import torch
-    import torch.nn.functional as F
-
     if not allocator.keep_freed_memory():  # the heap as a run's update has it
         raise SystemExit("the run's malloc settings are not in force (SELFEVOLVE_MALLOC or MALLOC_*_ is set)")
     with allocator.heap_not_grown_by_large_blocks():
-        return products(arm, lengths, torch, F)
+        return products(arm, lengths)
 
 
-def products(arm: str, lengths: int, torch, F) -> dict:
+def products(arm: str, lengths: int) -> dict:
+    import torch
+    import torch.nn.functional as F
 
     torch.manual_seed(0)
     dtype = torch.float32 if arm == "fp32" else torch.bfloat16
     weights = [torch.randn(o, i).to(dtype) for o, i in SHAPES]
+
+    def inputs(m: int) -> list:
+        """Per weight, a micro-batch of ``m`` tokens' input and its output's gradient."""
+        return [(torch.randn(m, w.shape[1]).to(dtype), torch.randn(m, w.shape[0]).to(dtype)) for w in weights]
+
     rng = random.Random(0)
     before = rss_gb()
     for _ in range(lengths):
-        m = rng.randint(500, 6000)
-        for w in weights:
-            x, g = torch.randn(m, w.shape[1]).to(dtype), torch.randn(m, w.shape[0]).to(dtype)
+        for w, (x, g) in zip(weights, inputs(rng.randint(500, 6000))):
             F.linear(x, w), g @ w
     after = rss_gb()
     per_length = []
     for _ in range(20):
-        m = rng.randint(16, 64)
-        inputs = [(torch.randn(m, w.shape[1]).to(dtype), torch.randn(m, w.shape[0]).to(dtype)) for w in weights]
+        short = inputs(rng.randint(16, 64))
         t = time.perf_counter()
         for _layer in range(30):
-            for w, (x, g) in zip(weights, inputs):
+            for w, (x, g) in zip(weights, short):
                 F.linear(x, w), g @ w
         per_length.append((time.perf_counter() - t) / (30 * 2 * len(weights)) * 1e6)
     return {"arm": arm, "rss_before_gb": before, "rss_after_gb": after, "us_per_product": statistics.median(per_length)}
