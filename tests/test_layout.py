@@ -166,4 +166,4 @@ def test_the_reader_of_the_imports_sees_them():
     assert "selfevolve.rewards.attribution" in edges["selfevolve.train.trainer"]  # imported inside __init__
     assert "selfevolve.objectives.token" in edges["selfevolve.objectives"]
     assert "selfevolve.envs.task_files" in edges["selfevolve.envs.games.game_tasks"]
-    assert floors()["envs"] == 4 and floors()["cli"] == max(floors().values())  # the table is read
+    assert floors()["envs"] == 4 and floors()["__main__"] == max(floors().values())  # the table is read
