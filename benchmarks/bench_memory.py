@@ -57,7 +57,7 @@ def rss_gb() -> float:
 
 def warm_start_batch(cfg, policy, n_tasks: int | None = None):
     """The default warm start's first batch as update rows: ``(nll rows, ppo rows)``, the ppo rows with advantages
-    drawn from N(0, 1) with a fixed seed (also used by ``bench_heap_threshold.py``)."""
+    drawn from N(0, 1) with a fixed seed (also used by ``bench_heap_threshold.py`` and ``bench_allocator.py``)."""
     from selfevolve.build import build_prompt
     from selfevolve.envs import ENVS, make_env
     from selfevolve.objectives.samples import build_rows
