@@ -20,12 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,25 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def worker(matmul: str, reps: int) -> dict:
     import torch
 
-    from bench_memory import warm_start_batch  # this folder is on the path: the script's own
+    from bench_memory import median_update_seconds  # this folder is on the path: the script's own
     from selfevolve.build import build_policy
     from selfevolve.config import load_config
-    from selfevolve.objectives import update
 
     cfg = load_config(overrides=["algo.minibatches=4", f"model.matmul_dtype={matmul}"])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
-    rows = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
-    times: dict[str, list[float]] = {"nll": [], "ppo": []}
-    for _ in range(reps):
-        for objective, batch in rows.items():
-            t = time.perf_counter()
-            update.ppo_update(policy, optimizer, batch, cfg.algo, random.Random(0), objective=objective)
-            times[objective].append(time.perf_counter() - t)
+    seconds = median_update_seconds(cfg, policy, reps)
     with open("/proc/self/maps") as f:
         mimalloc = "libmimalloc" in f.read()
-    return {**{k: statistics.median(v) for k, v in times.items()}, "mimalloc": mimalloc,
+    return {**seconds, "mimalloc": mimalloc,
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 
 

@@ -17,12 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 
@@ -30,10 +27,9 @@ def worker(setting: str, reps: int) -> dict:
     import torch
 
     import selfevolve.models.allocator as allocator
-    from bench_memory import switch_off, warm_start_batch  # this folder is on the path: the script's own
+    from bench_memory import median_update_seconds, switch_off  # this folder is on the path: the script's own
     from selfevolve.build import build_policy
     from selfevolve.config import load_config
-    from selfevolve.objectives import update
 
     if setting == "none":  # the run's settings throughout: blocks up to 32 MiB from the heap
         switch_off("heap")
@@ -42,15 +38,7 @@ def worker(setting: str, reps: int) -> dict:
     cfg = load_config(overrides=["algo.minibatches=4"])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
-    rows = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
-    times: dict[str, list[float]] = {"nll": [], "ppo": []}
-    for _ in range(reps):
-        for objective, batch in rows.items():
-            t = time.perf_counter()
-            update.ppo_update(policy, optimizer, batch, cfg.algo, random.Random(0), objective=objective)
-            times[objective].append(time.perf_counter() - t)
-    return {"setting": setting, **{k: statistics.median(v) for k, v in times.items()},
+    return {"setting": setting, **median_update_seconds(cfg, policy, reps),
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 
 

@@ -72,6 +72,25 @@ def warm_start_batch(cfg, policy, n_tasks: int | None = None):
     return build_rows(trajs, [0.0] * len(trajs)), build_rows(trajs, [draw.gauss(0, 1) for _ in trajs])
 
 
+def median_update_seconds(cfg, policy, reps: int) -> dict[str, float]:
+    """The warm start's first batch through the trainer's update, ``nll`` (as the warm start) and ``ppo``, each
+    timed ``reps`` times at learning rate 0 (every repetition sees the same weights): the median seconds of each
+    (``bench_heap_threshold.py``, ``bench_allocator.py``)."""
+    import torch
+
+    from selfevolve.objectives import update
+
+    rows = dict(zip(("nll", "ppo"), warm_start_batch(cfg, policy)))
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)
+    times: dict[str, list[float]] = {"nll": [], "ppo": []}
+    for _ in range(reps):
+        for objective, batch in rows.items():
+            t = time.perf_counter()
+            update.ppo_update(policy, optimizer, batch, cfg.algo, random.Random(0), objective=objective)
+            times[objective].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def one_thread_cloning_setup():
     """The setting of the one-thread update benchmarks (``bench_lone_row.py``, ``bench_recompute.py``): one torch
     thread, the defaults with 4 minibatches, the default model, the warm start's first batch and an optimizer at
