@@ -1,18 +1,19 @@
 """The ``selfevolve`` command's launcher: the command runs once more, at once, with mimalloc as its allocator.
 
-Why. PyTorch's CPU tensors come from the C library's ``malloc``. With glibc's, the heap of the default run's
-update kept 3.2 GB while the blocks in use never passed 1.6 GB: micro-batches of ever different lengths leave
-free chunks that the next one's blocks do not fit, so the heap grows beside them (``mallinfo2``, read every
-20 ms; docs/benchmarks.md, "The heap, not the tensors"). mimalloc (Microsoft's allocator, here from the
-``cmeel-mimalloc`` wheel) sorts blocks into size classes and pages of their own. Side by side, the warm start's
-steps (``model.matmul_dtype=bf16_update``, seed 2, one thread each) peaked at 2.68 GB against 4.05-4.12 GB and took
-22.4-24.7 s against 26.9-29.2 s.
+Why. PyTorch's CPU tensors come from the C library's ``malloc``. With glibc's, at the warm start's highest (seed 2,
+``model.matmul_dtype=bf16_update``) the heap held 3.24 GB while the blocks in use were 1.57 GB (fp32: 3.04 and 1.34;
+the blocks in use never passed 1.9 GB in any phase): micro-batches of ever different lengths leave free chunks that
+the next one's blocks do not fit, so the heap grows beside them (``mallinfo2``, read every 20 ms; docs/benchmarks.md,
+"The heap, not the tensors"). mimalloc (Microsoft's allocator, here from the ``cmeel-mimalloc`` wheel) sorts blocks
+into size classes and pages of their own. Side by side (one thread each), the warm start's steps of that run peaked
+at 2.64-2.68 GB against 4.05-4.24 GB and took 22.4-25.7 s against 26.9-30.7 s; the default run (fp32, seed 0) peaked
+at 2.97 against 3.76 GB in 0.968x the time.
 
 An allocator has to be in place before the process allocates anything, so Python cannot switch to it: the
 launcher sets ``LD_PRELOAD`` and executes the same command again, before torch is imported; a variable
 (:data:`MARK`) stops it from doing so twice. ``MIMALLOC_PURGE_DELAY=-1`` keeps freed memory for reuse, as
 ``models/allocator.py`` does for glibc: with mimalloc's default (freed pages handed back after 10 ms) the same steps
-took 28.0-32.5 s, presumably faulting the pages in again.
+took 30.0-32.5 s against glibc's 27.1-29.6 s, presumably faulting the pages in again.
 
 ``SELFEVOLVE_MALLOC`` chooses: unset (mimalloc where it is installed, else glibc with ``models/allocator.py``'s
 settings), ``glibc`` (those settings, no mimalloc) or ``default`` (glibc as it comes). Nothing is changed where
@@ -34,9 +35,10 @@ MODES = ("", "glibc", "default")  # SELFEVOLVE_MALLOC's values
 
 def malloc_mode(environ=os.environ) -> str:
     """``SELFEVOLVE_MALLOC``'s value, checked: one of :data:`MODES` ('' when unset)."""
-    value = environ.get("SELFEVOLVE_MALLOC", "").strip().lower()
+    raw = environ.get("SELFEVOLVE_MALLOC", "")
+    value = raw.strip().lower()
     if value not in MODES:
-        raise ValueError(f"SELFEVOLVE_MALLOC={value!r} is not one of 'glibc', 'default' or unset (unset: mimalloc "
+        raise ValueError(f"SELFEVOLVE_MALLOC={raw!r} is not one of 'glibc', 'default' or unset (unset: mimalloc "
                          f"where it is installed; 'glibc': glibc, freed memory kept; 'default': glibc as it comes)")
     return value
 
@@ -58,9 +60,9 @@ def library() -> str | None:
 
 def preload_env(environ=os.environ) -> dict[str, str] | None:
     """The environment to execute the command again with (mimalloc preloaded), or None to run it as it is."""
-    if environ.get(MARK) or environ.get("LD_PRELOAD") or not sys.platform.startswith("linux"):
+    if malloc_mode(environ):  # glibc, or glibc as it comes (checked first: a wrong value is an error everywhere)
         return None
-    if malloc_mode(environ):  # glibc, or glibc as it comes
+    if environ.get(MARK) or environ.get("LD_PRELOAD") or not sys.platform.startswith("linux"):
         return None
     lib = library()
     if lib is None:
@@ -83,7 +85,7 @@ def main() -> None:
             pass  # could not execute: run as it is, with glibc
     if os.environ.pop(MARK, None):
         # in force here; the processes this one starts (a JVM, git, Ray's workers) are not given it, and a
-        # selfevolve command among them preloads it for itself
+        # selfevolve command among them (a sweep's runs: python -m selfevolve) preloads it for itself
         os.environ.pop("LD_PRELOAD", None)
     from selfevolve.cli import main as command_line
 

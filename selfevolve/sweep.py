@@ -204,7 +204,7 @@ def _done(run_dir: Path, overrides: list[str], file: str | None) -> dict | None:
 
 def _command(spec: SweepSpec, seed: int) -> list[str]:
     run_dir = spec.out_dir / f"seed-{seed}"
-    return [sys.executable, "-m", "selfevolve.cli", "train", *([spec.file] if spec.file else []), *spec.overrides,
+    return [sys.executable, "-m", "selfevolve", "train", *([spec.file] if spec.file else []), *spec.overrides,
             f"seed={seed}", f"train.out_dir={run_dir}", "train.resume=true", "train.progress=false"]
 
 

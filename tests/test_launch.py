@@ -31,17 +31,19 @@ def test_preloads_mimalloc_and_keeps_freed_memory_unless_told_otherwise():
 
 
 def test_a_wrong_choice_names_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"SELFEVOLVE_MALLOC='jemalloc' is not one of 'glibc', 'default' or unset"):
-        launch.preload_env({"SELFEVOLVE_MALLOC": "jemalloc"})
+    # checked before anything else, so a preload of the user's own (or another platform) does not hide it
+    for environ in ({"SELFEVOLVE_MALLOC": "JeMalloc"}, {"SELFEVOLVE_MALLOC": "JeMalloc", "LD_PRELOAD": "/x.so"}):
+        with pytest.raises(ValueError, match=r"SELFEVOLVE_MALLOC='JeMalloc' is not one of 'glibc', 'default' or unset"):
+            launch.preload_env(environ)
     out = subprocess.run([sys.executable, "-m", "selfevolve", "--help"], capture_output=True, text=True,
                          env={"SELFEVOLVE_MALLOC": "jemalloc", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and out.stderr.startswith("error: SELFEVOLVE_MALLOC='jemalloc' is not one of")
 
 
 @pytest.mark.skipif(not LINUX_X86, reason="cmeel-mimalloc is a dependency on Linux x86-64 only")
-def test_the_command_runs_once_more_with_mimalloc_mapped_and_hands_it_to_no_child():
+def test_the_command_runs_once_more_with_mimalloc_mapped_then_drops_the_preload_from_its_environment():
     """The same command line runs again, once, with libmimalloc in the process's memory map; the re-executed
-    process takes the preload out of its environment (its children are not given it) and glibc's settings
+    process takes the preload out of its environment (the processes it starts inherit none) and glibc's settings
     (``models/allocator.py``) stand aside."""
     code = ("import os; print('mimalloc' in open('/proc/self/maps').read(), flush=True); "
             "from selfevolve.launch import main; import selfevolve.cli as cli; "
