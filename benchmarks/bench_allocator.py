@@ -46,16 +46,21 @@ def worker(matmul: str, reps: int) -> dict:
 
 
 def environment(setting: str) -> dict[str, str]:
+    """A worker's environment: the one the launcher builds (``launch.preload_env``), or glibc with the run's
+    settings; ``purge`` drops the launcher's ``MIMALLOC_PURGE_DELAY`` (mimalloc's own 10 ms)."""
     from selfevolve import launch
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", launch.MARK, "MIMALLOC_PURGE_DELAY")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", launch.MARK, "MIMALLOC_PURGE_DELAY", "SELFEVOLVE_MALLOC")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     if setting == "glibc":
         return {**env, "SELFEVOLVE_MALLOC": "glibc"}
-    lib = launch.library()
-    if lib is None:
+    preloaded = launch.preload_env(env)
+    if preloaded is None:
         sys.exit("mimalloc is not installed (the cmeel-mimalloc wheel, a dependency on Linux x86-64)")
-    return {**env, "LD_PRELOAD": lib, **({"MIMALLOC_PURGE_DELAY": "-1"} if setting == "mimalloc" else {})}
+    if setting == "purge":
+        del preloaded["MIMALLOC_PURGE_DELAY"]
+    return preloaded
 
 
 def main() -> None:
