@@ -280,6 +280,24 @@ def test_cloning_takes_bc_minibatches_optimizer_steps_a_step(tmp_path):
     assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
 
 
+def test_cloning_runs_at_bc_lr_and_rl_keeps_algo_lr(tmp_path, monkeypatch):
+    """``evolve.bc_lr``: the cloning's optimizer steps run at it, and the optimizer is back at ``algo.lr`` after."""
+    import selfevolve.train.warm_start as ws
+
+    _, _, trainer = round_trainer(tmp_path, "evolve.bc_minibatches=2", "algo.lr=1e-4", "evolve.bc_lr=4e-4")
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append({g["lr"] for g in trainer.optimizer.param_groups})
+        return real(*args, **kwargs)
+
+    real = ws.ppo_update
+    monkeypatch.setattr(ws, "ppo_update", spy)
+    trainer.clone_references(2, 4, seed=0)
+    assert seen == [{4e-4}, {4e-4}]  # one clone_step call a cloning step
+    assert {g["lr"] for g in trainer.optimizer.param_groups} == {1e-4}
+
+
 def test_rounds_share_the_updates():
     assert [share(20, 3, r) for r in range(3)] == [6, 7, 7]
     assert [share(10, 3, r) for r in range(3)] == [3, 3, 4] and [share(2, 3, r) for r in range(3)] == [0, 1, 1]

@@ -113,7 +113,8 @@ class EvolveTrainer(Trainer):
             self.seen.update(t.task.content for t in trajs)
             solved += sum(t.success for t in trajs)
             played += len(trajs)
-            st = clone_step(self.policy, self.optimizer, trajs, self.cfg.algo, self.rng, self.cfg.evolve.bc_minibatches)
+            st = clone_step(self.policy, self.optimizer, trajs, self.cfg.algo, self.rng, self.cfg.evolve.bc_minibatches,
+                            lr=self.cfg.evolve.bc_lr)
             losses.append(st["loss/bc"])
         moves = [len(pool.entries[i].task.solution or []) for i in among]
         return {"bc/steps": steps, "bc/tasks": len(among), "bc/min_moves": min(moves, default=0),
