@@ -34,14 +34,13 @@ def worker(matmul: str, reps: int) -> dict:
     from bench_memory import median_update_seconds  # this folder is on the path: the script's own
     from selfevolve.build import build_policy
     from selfevolve.config import load_config
+    from selfevolve.models.allocator import mimalloc_loaded
 
     cfg = load_config(overrides=["algo.minibatches=4", f"model.matmul_dtype={matmul}"])
     torch.manual_seed(cfg.seed)
     policy = build_policy(cfg)
     seconds = median_update_seconds(cfg, policy, reps)
-    with open("/proc/self/maps") as f:
-        mimalloc = "libmimalloc" in f.read()
-    return {**seconds, "mimalloc": mimalloc,
+    return {**seconds, "mimalloc": mimalloc_loaded(),
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 
 

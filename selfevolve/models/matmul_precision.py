@@ -22,8 +22,7 @@ fp32's 10:29 alone (1.22x), and over ten seeds 40.6 % held out against fp32's 42
 -1.2 +- 7.6 maps of 64: ten seeds cannot tell them apart), but at peaks of 4.3-5.3 GB against fp32's 3.8-4.0
 (4.1-4.7 GB on two seeds with oneDNN's primitive cache bounded, 0 or 16 kept: ``models/allocator.py``; 3.24 GB
 on seed 0 by ``time -v`` and 3.34-3.40 GB on seeds 2 and 3 by the run's metric since the command runs with mimalloc,
-``selfevolve/launch.py``). Its speed needs a CPU with bf16
-arithmetic, so it too is an option, not the default.
+``selfevolve/launch.py``). Its speed needs a CPU with bf16 arithmetic, so it too is an option, not the default.
 
 Measured (docs/benchmarks.md, "bf16 products, fp32 activations"): on an AMD EPYC with AVX512-BF16 an update
 micro-batch took 8.61 s against fp32's 13.45 s (bf16 throughout: 9.84 s) and the default run 11:56 against
