@@ -60,23 +60,42 @@ def sample_in_other_precision(policy: Policy, model_cfg) -> None:
 def products_in_other_precision(policy: Policy, model_cfg) -> None:
     """``model.matmul_dtype``: the frozen body's matrix products in bf16, everything else in the model's fp32
     (``models/matmul_precision.py``), in every forward or (``bf16_update``) in the update's alone; nothing where
-    the model computes in that precision already."""
-    if model_cfg.matmul_dtype == "same":
+    the model computes in that precision already. ``auto`` is chosen where a run starts (:func:`resolve_products`);
+    a policy built from a config that still says it only acts (exploring, serving), so it is 'same' here."""
+    choice = model_cfg.matmul_dtype
+    if choice in ("same", "auto"):
         return
     dtype = DTYPES["bf16"]
     if next(policy.model.parameters()).dtype == dtype:
         return
-    if model_cfg.matmul_dtype == "bf16_update":
+    if choice == "bf16_update":
         policy.update_products = matmul_precision.UpdateProducts(policy.model, dtype)
     else:
         matmul_precision.products_in(policy.model, dtype)
     policy.matmul_dtype = dtype
 
 
+def resolve_products(cfg: Config, saved: dict | None = None, console=None) -> Config:
+    """``cfg`` with ``model.matmul_dtype=auto`` made concrete, so that the run folder records the precision that
+    ran. ``saved``: the config dump of the run being resumed, whose choice it keeps, whatever this machine would
+    choose (a run saved before the setting existed ran with 'same'). ``console``: where to say that this CPU's
+    choice is bf16_update (the run's numbers then differ from an fp32 machine's)."""
+    if cfg.model.matmul_dtype != "auto":
+        return cfg
+    choice = ((saved.get("model") or {}).get("matmul_dtype", "same") if saved is not None else "auto")
+    if choice == "auto":
+        choice = matmul_precision.auto_choice(cfg.model)
+        if choice == "bf16_update" and console is not None:
+            console.print("model.matmul_dtype=auto: the update's products in bf16 (this CPU has bf16 arithmetic; "
+                          "model.matmul_dtype=same keeps fp32 throughout)")
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"matmul_dtype": choice})})
+
+
 def acting_only(cfg: Config, full_precision: bool = False) -> Config:
     """``cfg`` for a policy that never updates (evaluation, serving, export, a Ray rollout worker):
     ``model.matmul_dtype=bf16_update`` changes only the update, so its bf16 copy (0.21 GB) is not made there.
-    ``full_precision``: no ``model.matmul_dtype`` at all (a merge needs the fp32 weights: export)."""
+    ``full_precision``: no ``model.matmul_dtype`` at all (a merge needs the fp32 weights: export).
+    ``model.matmul_dtype=auto`` chooses between 'same' and bf16_update, so it is 'same' here."""
     if cfg.model.matmul_dtype == "same" or (cfg.model.matmul_dtype == "bf16" and not full_precision):
         return cfg
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"matmul_dtype": "same"})})

@@ -10,6 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from selfevolve import cli
+from selfevolve.models import matmul_precision
+
+# model.matmul_dtype=auto would take bf16 products in the update on a CPU with bf16 arithmetic: the tests'
+# numbers are fp32's on every machine (tests/test_matmul_precision.py sets it where it tests the choice).
+# Subprocesses inherit it.
+os.environ[matmul_precision.CPU_BF16_ENV] = "0"
 
 # A run in seconds: the tiny random model, 2 rollouts of 1 task, 3 turns, 2 eval episodes.
 TINY = [

@@ -179,3 +179,58 @@ def test_bf16_update_covers_every_objective_and_acting_loads_make_no_copy(tmp_pa
     assert layer.weight.dtype == torch.float32
     _, acting, _ = load_run(out)
     assert acting.update_products is None and acting.matmul_dtype is None
+
+
+def test_auto_takes_bf16_update_only_on_a_cpu_with_bf16_and_the_default_dtype(monkeypatch):
+    """``model.matmul_dtype=auto`` (the default): bf16_update where the model is fp32 because it runs on a CPU
+    (``model.dtype=auto``) with bf16 arithmetic and generation keeps its precision; 'same' everywhere else."""
+    from selfevolve.models.matmul_precision import CPU_BF16_ENV, auto_choice
+
+    def choice(*overrides):
+        return auto_choice(load_config(overrides=TINY + list(overrides)).model)
+
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    assert load_config(overrides=TINY).model.matmul_dtype == "auto"
+    assert choice() == "bf16_update"
+    assert choice("model.dtype=fp32") == "same"  # fp32 asked for by name: fp32 throughout
+    assert choice("model.sampler_dtype=bf16") == "same"  # would conflict (both lower the precision)
+    assert choice("model.dtype=fp16") == "same" and choice("model.matmul_dtype=bf16") == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert choice() == "same"  # model.dtype=auto is bf16 on a GPU already
+    monkeypatch.undo()
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    assert choice() == "same"
+    monkeypatch.setenv(CPU_BF16_ENV, "yes")
+    with pytest.raises(ConfigError, match="SELFEVOLVE_CPU_BF16='yes': set 1 .* 0 .* or nothing"):
+        choice()
+    monkeypatch.delenv(CPU_BF16_ENV)
+    assert choice() == ("bf16_update" if torch.cpu._is_avx512_bf16_supported() else "same")
+
+
+def test_auto_is_recorded_in_the_run_and_a_resume_keeps_the_runs_choice(tmp_path, monkeypatch):
+    """The trainer makes ``auto`` concrete before it writes config.yaml; a resume on a machine that would choose
+    otherwise keeps the run's choice (no 'settings differ'), and a run saved before the setting existed resumes
+    with 'same', the precision it ran with."""
+    import yaml
+
+    from selfevolve import Trainer
+    from selfevolve.models.matmul_precision import CPU_BF16_ENV
+
+    out = tmp_path / "run"
+    base = ["train.warm_start_steps=0", "train.warm_start_tasks=null", "model.name=tiny", "agent.max_new_tokens=4",
+            "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=2", "train.progress=false",
+            "train.eval_every=0", "env.max_turns=2", f"train.out_dir={out}"]
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    trainer = Trainer(load_config(overrides=base + ["train.steps=1"]))
+    assert trainer.policy.update_products is not None and trainer.cfg.model.matmul_dtype == "bf16_update"
+    trainer.train()
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["matmul_dtype"] == "bf16_update"
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    resumed = Trainer(load_config(overrides=base + ["train.steps=2", "train.resume=true"]))
+    assert resumed.resumed and resumed.policy.update_products is not None
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    del saved["model"]["matmul_dtype"]  # as a run saved before the setting existed
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    old = Trainer(load_config(overrides=base + ["train.steps=3", "train.resume=true"]))
+    assert old.resumed and old.policy.update_products is None and old.cfg.model.matmul_dtype == "same"

@@ -41,15 +41,18 @@ class ModelConfig(_Section):
         "Generation 1.44x faster, but over five seeds it learned less than fp32 (28.7 against 41.9 % held out, seed 4's fp32 figure from another CPU) and "
         "peaked at 4.3-5.7 GB: docs/benchmarks.md, 'Sampling in bf16, the update in fp32'."
     )
-    matmul_dtype: Literal["same", "bf16", "bf16_update"] = Field(
-        "same", description="The precision of the frozen body's matrix products: 'same' as model.dtype, or 'bf16' "
+    matmul_dtype: Literal["auto", "same", "bf16", "bf16_update"] = Field(
+        "auto", description="The precision of the frozen body's matrix products: 'same' as model.dtype, or 'bf16' "
         "with everything else in fp32 (the residual stream, norms, attention, the adapter's delta, the head; the "
         "body's linear weights held in bf16, 0.21 GB less for SmolLM2-135M). Needs model.dtype fp32 (or auto "
         "resolving to it); not with model.sampler_dtype. 'bf16_update': the same in the update's forwards and "
         "backwards only (the warm start's too), generation keeping fp32 (a bf16 copy of those weights beside them, "
-        "0.21 GB). On an EPYC with AVX512-BF16 'bf16' ran the default run 1.36x faster but learned less on 6 "
-        "of 9 seeds (35.8 against 41.1 % held out) and peaked at 4.3-5.4 GB: docs/benchmarks.md, 'bf16 products, fp32 "
-        "activations'."
+        "0.21 GB). 'auto': bf16_update where model.dtype=auto runs on a CPU with bf16 arithmetic (AVX512-BF16; "
+        "SELFEVOLVE_CPU_BF16=0|1 overrides the check) and model.sampler_dtype=same, 'same' elsewhere; a run records "
+        "its choice in config.yaml and a resume keeps it. On an EPYC with AVX512-BF16 bf16_update ran the default run "
+        "in 8:51 against fp32's 10:15 alone, and ten seeds could not tell its learning from fp32's (40.6 against "
+        "42.5 % held out); 'bf16' was faster still but learned less on 6 of 9 seeds (35.8 against 41.1 %): "
+        "docs/benchmarks.md, 'bf16 products in the update alone' and 'bf16 products, fp32 activations'."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     init_from: str | None = Field(
@@ -72,11 +75,12 @@ class ModelConfig(_Section):
             raise ValueError(f"model.sampler_dtype={self.sampler_dtype!r} samples in bf16 while the update keeps "
                              f"fp32; model.dtype='fp16' has no fp32 update: set model.dtype to fp32 or auto, or "
                              f"model.sampler_dtype='same'")
-        if self.matmul_dtype != "same" and self.dtype == "fp16":
+        lowered = self.matmul_dtype not in ("same", "auto")  # auto is 'same' wherever these would conflict
+        if lowered and self.dtype == "fp16":
             raise ValueError(f"model.matmul_dtype={self.matmul_dtype!r} keeps everything but the body's products in "
                              f"fp32; model.dtype='fp16' has none: set model.dtype to fp32 or auto, or "
                              f"model.matmul_dtype='same'")
-        if self.matmul_dtype != "same" and self.sampler_dtype != "same":
+        if lowered and self.sampler_dtype != "same":
             raise ValueError(f"model.matmul_dtype={self.matmul_dtype!r} and model.sampler_dtype="
                              f"{self.sampler_dtype!r} both lower the precision, one for every forward, one for "
                              f"generation only: set one of them to 'same'")

@@ -40,7 +40,7 @@ from selfevolve.evolve import hindsight, report, validation
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.pool import PoolTasks, TaskPool
 from selfevolve.questioning.explore import ExplorationRecord
-from selfevolve.build import build_policy, build_prompt, resolve_env
+from selfevolve.build import build_policy, build_prompt, resolve_env, resolve_products
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.run_folder import RUN_DEFINING, resume_differences
 from selfevolve.train.trainer import Trainer
@@ -139,8 +139,10 @@ class Evolver:
         if exploration is not None:
             exploration.game.check_options(options)
         make_env(self.env_cls, **options)  # bad options fail here, before anything is written
-        self.cfg, self.console = cfg, console or Console(stderr=True)
+        self.console = console or Console(stderr=True)
         self.out = Path(cfg.train.out_dir)
+        # model.matmul_dtype=auto chosen once for every round (or the resumed run's choice), recorded in its state
+        self.cfg = resolve_products(cfg, self._saved_config(cfg), self.console)
         self.state = self._open()
         self.policy = None  # the latest policy (the last round's trainer's), for the next exploration
 
@@ -148,6 +150,13 @@ class Evolver:
     def _dump(self) -> dict:
         d = self.cfg.model_dump(mode="json")
         return {**{k: d[k] for k in COMPARED}, "train.steps": self.cfg.train.steps}
+
+    def _saved_config(self, cfg: Config) -> dict | None:
+        """The settings the run being resumed saved (``_dump``); None when starting one."""
+        path = self.out / STATE
+        if not (cfg.train.resume and path.is_file()):
+            return None
+        return json.loads(path.read_text()).get("config", {})
 
     def _open(self) -> dict:
         path = self.out / STATE

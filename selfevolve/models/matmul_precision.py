@@ -22,7 +22,9 @@ fp32's 10:29 alone (1.22x), and over ten seeds 40.6 % held out against fp32's 42
 -1.2 +- 7.6 maps of 64: ten seeds cannot tell them apart), but at peaks of 4.3-5.3 GB against fp32's 3.8-4.0
 (4.1-4.7 GB on two seeds with oneDNN's primitive cache bounded, 0 or 16 kept: ``models/allocator.py``; 3.24 GB
 on seed 0 by ``time -v`` and 3.34-3.40 GB on seeds 2 and 3 by the run's metric since the command runs with mimalloc,
-``selfevolve/launch.py``). Its speed needs a CPU with bf16 arithmetic, so it too is an option, not the default.
+``selfevolve/launch.py``). Its speed needs a CPU with bf16 arithmetic, so ``model.matmul_dtype=auto``, the
+default, chooses it where the CPU has that and fp32 elsewhere (:func:`auto_choice`); ``selfevolve evolve`` was not
+worse with it either (docs/benchmarks.md, "The automatic choice").
 
 Measured (docs/benchmarks.md, "bf16 products, fp32 activations"): on an AMD EPYC with AVX512-BF16 an update
 micro-batch took 8.61 s against fp32's 13.45 s (bf16 throughout: 9.84 s) and the default run 11:56 against
@@ -36,13 +38,45 @@ Not for export: a merge needs the full-precision weights, so ``selfevolve export
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
 import torch.nn.functional as F
 
+from selfevolve.errors import ConfigError
 from selfevolve.models import allocator
 from selfevolve.models.sampler_precision import WeightCopies
+
+CPU_BF16_ENV = "SELFEVOLVE_CPU_BF16"  # 1 or 0: what model.matmul_dtype=auto takes this CPU to have (tests pin 0)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies in bf16 itself (AVX512-BF16; Intel's AMX CPUs have it too). Without it oneDNN
+    emulates bf16 on wider units and ``bf16_update`` buys no speed. ``SELFEVOLVE_CPU_BF16=1|0`` overrides the
+    answer: a run reproducible across machines, and the tests, which are pinned to fp32."""
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    if forced:
+        raise ConfigError(f"{CPU_BF16_ENV}={forced!r}: set 1 (this CPU has bf16 arithmetic), 0 (it has not) or "
+                          f"nothing (ask torch)")
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)  # private in torch 2.13: absent means no
+    return bool(check and check())
+
+
+def auto_choice(model_cfg) -> str:
+    """``model.matmul_dtype=auto`` made concrete: ``bf16_update`` where the model computes in fp32 because it runs
+    on a CPU (``model.dtype=auto``), that CPU has bf16 arithmetic, and generation keeps the model's precision
+    (``model.sampler_dtype=same``); ``same`` everywhere else. An explicit ``model.dtype=fp32`` asks for fp32
+    throughout. Measured on an EPYC with AVX512-BF16: the default run 8:51 against 10:15 alone, ten seeds of it
+    40.6 % ± 11.3 held out against fp32's 42.5 % ± 14.0 (docs/benchmarks.md, "bf16 products in the update
+    alone"), and ``evolve`` not worse over seeds 0-2 ("bf16_update in evolve")."""
+    if model_cfg.matmul_dtype != "auto":
+        return model_cfg.matmul_dtype
+    if model_cfg.dtype != "auto" or model_cfg.sampler_dtype != "same" or torch.cuda.is_available():
+        return "same"  # on a GPU model.dtype=auto is bf16 already
+    return "bf16_update" if cpu_has_bf16() else "same"
 
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:

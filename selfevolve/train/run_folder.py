@@ -17,6 +17,8 @@ from selfevolve.untrusted import load_yaml
 
 # Sections that define a run: resuming with different values would silently train something else.
 RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "sampling", "rollout", "search", "experience")
+# Settings whose default is not what a run saved before the setting existed ran with (build.resolve_products)
+BEFORE_IT_EXISTED = {"model": {"matmul_dtype": "same"}}
 # JSONL records keyed by step (a resume drops those after its checkpoint)
 STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", EVAL_LOG, WARM_LOG, LLM_LOG)
 RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
@@ -24,14 +26,14 @@ RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
 
 def _run_view(dump: dict, section: str, defaults: dict):
     """A config section as compared on resume: a setting the saved run does not name (the section or the field was
-    added to the library since) ran with its default (``defaults``: a default config's dump), and env options
-    get their defaults filled in."""
+    added to the library since) ran with its default (``defaults``: a default config's dump) or, where that
+    default changed the behaviour, with :data:`BEFORE_IT_EXISTED`'s; env options get their defaults filled in."""
     default = defaults.get(section)
     value = dump.get(section)
     if value is None:  # a run saved before the section existed (or with it empty) ran with its defaults
-        value = default
+        value = {} if isinstance(default, dict) else default
     if isinstance(value, dict) and isinstance(default, dict):
-        value = {**default, **value}
+        value = {**default, **BEFORE_IT_EXISTED.get(section, {}), **value}
     if section == "env" and isinstance(value, dict):
         try:
             value = {**env_options(env_class(value.get("name"))), **value}
@@ -59,6 +61,13 @@ def is_run(out: Path) -> bool:
     return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
 
 
+def resumed_config(cfg: Config, out: Path) -> dict | None:
+    """The saved config of the run in ``out`` that ``cfg`` resumes; None when it starts one."""
+    if not (cfg.train.resume and is_run(out)):
+        return None
+    return load_yaml((out / "config.yaml").read_text(encoding="utf-8", errors="replace"), out / "config.yaml")
+
+
 def check_out_dir(cfg: Config, out: Path) -> None:
     """Refuse a file, a run that would be silently replaced, and a resume whose run-defining settings differ."""
     if out.exists() and not out.is_dir():
@@ -72,8 +81,8 @@ def check_out_dir(cfg: Config, out: Path) -> None:
             f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
             f"replace it with train.overwrite=true, or choose another train.out_dir."
         )
-    if is_run(out) and cfg.train.resume:
-        old = load_yaml((out / "config.yaml").read_text(encoding="utf-8", errors="replace"), out / "config.yaml")
+    old = resumed_config(cfg, out)
+    if old is not None:
         diff = resume_differences(old, cfg.model_dump(mode="json"), RUN_DEFINING)
         if diff:
             raise SelfEvolveError(

@@ -35,7 +35,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from selfevolve.build import build_policy, build_prompt, resolve_env  # noqa: F401 - re-exported
+from selfevolve.build import build_policy, build_prompt, resolve_env, resolve_products  # noqa: F401 - re-exported
 from selfevolve.config import Config
 from selfevolve.distributed import make_rollouts
 from selfevolve.envs import make_env
@@ -55,7 +55,7 @@ from selfevolve.train.checkpoint import (NoCheckpoint, find_checkpoint, load_che
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.metrics import MetricsLogger, peak_rss_gb, rollout_metrics, truncate_jsonl
 from selfevolve.train.progress import Progress, make_progress
-from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir
+from selfevolve.train.run_folder import STEP_LOGS, check_out_dir, init_out_dir, resumed_config
 from selfevolve.train.signals import Terminated, stop_on_sigterm
 from selfevolve.train.warm_start import clone_step, expert_episodes, has_expert
 from selfevolve.types import Trajectory
@@ -66,12 +66,14 @@ class Trainer:
         """``tasks``: the training-task source (``next``, ``update``, ``state_dict``, ...) instead of the one the
         config names (``selfevolve evolve`` trains each round on its task pool: ``evolve/pool.py``)."""
         self.env_cls = resolve_env(cfg, env)
+        self.console = console or Console(stderr=True)
+        # model.matmul_dtype=auto chosen here (this CPU, or the resumed run's choice): config.yaml records it
+        cfg = resolve_products(cfg, resumed_config(cfg, Path(cfg.train.out_dir)), self.console)
         if env is not None:
             # The saved config names the environment actually trained on (the caller's config is not changed).
             cfg = cfg.model_copy(deep=True)
             cfg.env.name = getattr(env, "name", env.__name__)
         self.cfg = cfg
-        self.console = console or Console(stderr=True)
         self.env_options = cfg.env.options()
         self.probe_env = make_env(self.env_cls, **self.env_options)  # validates options early (plays nothing)
         make_env(self.env_cls, **eval_env_options(self.env_cls, self.env_options, cfg.eval.env)).close()  # and eval's
