@@ -61,7 +61,7 @@ def products_in_other_precision(policy: Policy, model_cfg) -> None:
     """``model.matmul_dtype``: the frozen body's matrix products in bf16, everything else in the model's fp32
     (``models/matmul_precision.py``), in every forward or (``bf16_update``) in the update's alone; nothing where
     the model computes in that precision already. ``auto`` is chosen where a run starts (:func:`resolve_products`);
-    a policy built from a config that still says it only acts (exploring, serving), so it is 'same' here."""
+    a config that still says ``auto`` builds a policy that only acts (exploring, serving), so it is 'same' here."""
     choice = model_cfg.matmul_dtype
     if choice in ("same", "auto"):
         return

@@ -189,6 +189,7 @@ def test_auto_takes_bf16_update_only_on_a_cpu_with_bf16_and_the_default_dtype(mo
     def choice(*overrides):
         return auto_choice(load_config(overrides=TINY + list(overrides)).model)
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU, whatever host runs the tests
     monkeypatch.setenv(CPU_BF16_ENV, "1")
     assert load_config(overrides=TINY).model.matmul_dtype == "auto"
     assert choice() == "bf16_update"
@@ -197,7 +198,7 @@ def test_auto_takes_bf16_update_only_on_a_cpu_with_bf16_and_the_default_dtype(mo
     assert choice("model.dtype=fp16") == "same" and choice("model.matmul_dtype=bf16") == "bf16"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert choice() == "same"  # model.dtype=auto is bf16 on a GPU already
-    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv(CPU_BF16_ENV, "0")
     assert choice() == "same"
     monkeypatch.setenv(CPU_BF16_ENV, "yes")
@@ -216,6 +217,7 @@ def test_auto_is_recorded_in_the_run_and_a_resume_keeps_the_runs_choice(tmp_path
     from selfevolve import Trainer
     from selfevolve.models.matmul_precision import CPU_BF16_ENV
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU, whatever host runs the tests
     out = tmp_path / "run"
     base = ["train.warm_start_steps=0", "train.warm_start_tasks=null", "model.name=tiny", "agent.max_new_tokens=4",
             "train.tasks_per_step=1", "algo.group_size=2", "eval.episodes=2", "train.progress=false",
@@ -234,3 +236,25 @@ def test_auto_is_recorded_in_the_run_and_a_resume_keeps_the_runs_choice(tmp_path
     monkeypatch.setenv(CPU_BF16_ENV, "1")
     old = Trainer(load_config(overrides=base + ["train.steps=3", "train.resume=true"]))
     assert old.resumed and old.policy.update_products is None and old.cfg.model.matmul_dtype == "same"
+
+
+def test_resolve_products_keeps_what_the_resumed_run_ran_with(monkeypatch):
+    """``build.resolve_products``: a new run takes this CPU's choice; a resumed one keeps its saved value, and a
+    saved config without the setting (older than it) ran with 'same'. A setting named by the user stays."""
+    from selfevolve.build import resolve_products
+    from selfevolve.models.matmul_precision import CPU_BF16_ENV
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(CPU_BF16_ENV, "1")
+    cfg = load_config(overrides=TINY)
+
+    def chosen(saved):
+        return resolve_products(cfg, saved).model.matmul_dtype
+
+    assert chosen(None) == "bf16_update"
+    assert chosen({}) == chosen({"model": {}}) == chosen({"model": None}) == "same"
+    assert chosen({"model": {"matmul_dtype": "bf16"}}) == "bf16"
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    assert chosen(None) == "same" and chosen({"model": {"matmul_dtype": "bf16_update"}}) == "bf16_update"
+    named = load_config(overrides=TINY + ["model.matmul_dtype=bf16"])
+    assert resolve_products(named, {"model": {"matmul_dtype": "same"}}) is named

@@ -49,10 +49,10 @@ class ModelConfig(_Section):
         "backwards only (the warm start's too), generation keeping fp32 (a bf16 copy of those weights beside them, "
         "0.21 GB). 'auto': bf16_update where model.dtype=auto runs on a CPU with bf16 arithmetic (AVX512-BF16; "
         "SELFEVOLVE_CPU_BF16=0|1 overrides the check) and model.sampler_dtype=same, 'same' elsewhere; a run records "
-        "its choice in config.yaml and a resume keeps it. On an EPYC with AVX512-BF16 bf16_update ran the default run "
-        "in 8:51 against fp32's 10:15 alone, and ten seeds could not tell its learning from fp32's (40.6 against "
-        "42.5 % held out); 'bf16' was faster still but learned less on 6 of 9 seeds (35.8 against 41.1 %): "
-        "docs/benchmarks.md, 'bf16 products in the update alone' and 'bf16 products, fp32 activations'."
+        "its choice in config.yaml and a resume keeps it. On an EPYC with AVX512-BF16 bf16_update ran the default "
+        "run in 8:23 against fp32's 11:07 alone, and neither ten train seeds (40.6 against 42.5 % held out) nor seven "
+        "evolve seeds told its learning from fp32's; 'bf16' (every forward) learned less on 6 of 9 seeds (35.8 "
+        "against 41.1 %): docs/benchmarks.md, 'The automatic choice' and 'bf16 products, fp32 activations'."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     init_from: str | None = Field(

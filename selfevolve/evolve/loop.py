@@ -40,7 +40,7 @@ from selfevolve.evolve import hindsight, report, validation
 from selfevolve.evolve.imitation import ImitationTerm, buffer_rows, reference_episodes
 from selfevolve.evolve.pool import PoolTasks, TaskPool
 from selfevolve.questioning.explore import ExplorationRecord
-from selfevolve.build import build_policy, build_prompt, resolve_env, resolve_products
+from selfevolve.build import acting_only, build_policy, build_prompt, resolve_env, resolve_products
 from selfevolve.train.evaluate import eval_env_options, evaluate
 from selfevolve.train.run_folder import RUN_DEFINING, resume_differences
 from selfevolve.train.trainer import Trainer
@@ -253,7 +253,7 @@ class Evolver:
             cfg = self.cfg if r == 0 else self.cfg.model_copy(
                 update={"model": self.cfg.model.model_copy(update={"init_from": str(self.out / f"round-{r - 1}" /
                                                                                    "train")})})
-            self.policy = build_policy(cfg)
+            self.policy = build_policy(acting_only(cfg))  # it explores, writes and evaluates: no update copy
             load_init_adapter(cfg, self.policy)
         return self.policy
 

@@ -23,8 +23,9 @@ fp32's 10:29 alone (1.22x), and over ten seeds 40.6 % held out against fp32's 42
 (4.1-4.7 GB on two seeds with oneDNN's primitive cache bounded, 0 or 16 kept: ``models/allocator.py``; 3.24 GB
 on seed 0 by ``time -v`` and 3.34-3.40 GB on seeds 2 and 3 by the run's metric since the command runs with mimalloc,
 ``selfevolve/launch.py``). Its speed needs a CPU with bf16 arithmetic, so ``model.matmul_dtype=auto``, the
-default, chooses it where the CPU has that and fp32 elsewhere (:func:`auto_choice`); ``selfevolve evolve`` was not
-worse with it either (docs/benchmarks.md, "The automatic choice").
+default, chooses it where the CPU has that and fp32 elsewhere (:func:`auto_choice`): alone on 2026-12-06 the
+default run took 8:23 with it against fp32's 11:07, and ``selfevolve evolve`` was not worse with it over seven
+seeds (docs/benchmarks.md, "The automatic choice").
 
 Measured (docs/benchmarks.md, "bf16 products, fp32 activations"): on an AMD EPYC with AVX512-BF16 an update
 micro-batch took 8.61 s against fp32's 13.45 s (bf16 throughout: 9.84 s) and the default run 11:56 against
@@ -69,9 +70,9 @@ def auto_choice(model_cfg) -> str:
     """``model.matmul_dtype=auto`` made concrete: ``bf16_update`` where the model computes in fp32 because it runs
     on a CPU (``model.dtype=auto``), that CPU has bf16 arithmetic, and generation keeps the model's precision
     (``model.sampler_dtype=same``); ``same`` everywhere else. An explicit ``model.dtype=fp32`` asks for fp32
-    throughout. Measured on an EPYC with AVX512-BF16: the default run 8:51 against 10:15 alone, ten seeds of it
-    40.6 % ± 11.3 held out against fp32's 42.5 % ± 14.0 (docs/benchmarks.md, "bf16 products in the update
-    alone"), and ``evolve`` not worse over seeds 0-2 ("bf16_update in evolve")."""
+    throughout. Measured on an EPYC with AVX512-BF16 (docs/benchmarks.md, "The automatic choice"): the default
+    run alone in 8:23 against fp32's 11:07, ten seeds of it 40.6 % ± 11.3 held out against fp32's 42.5 % ± 14.0,
+    and ``evolve`` not worse over seven seeds (59.6 % ± 18.6 against 52.2 % ± 14.6)."""
     if model_cfg.matmul_dtype != "auto":
         return model_cfg.matmul_dtype
     if model_cfg.dtype != "auto" or model_cfg.sampler_dtype != "same" or torch.cuda.is_available():
