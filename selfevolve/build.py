@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selfevolve.agent.context import ContextSpec
 from selfevolve.agent.prompt import PromptBuilder
-from selfevolve.config import Config
+from selfevolve.config import BEFORE_IT_EXISTED, Config
 from selfevolve.envs import check_env_config, env_class
 from selfevolve.envs.base import TextEnv
 from selfevolve.errors import ConfigError
@@ -82,7 +82,8 @@ def resolve_products(cfg: Config, saved: dict | None = None, console=None) -> Co
     choice is bf16_update (the run's numbers then differ from an fp32 machine's)."""
     if cfg.model.matmul_dtype != "auto":
         return cfg
-    choice = ((saved.get("model") or {}).get("matmul_dtype", "same") if saved is not None else "auto")
+    older = BEFORE_IT_EXISTED["model"]["matmul_dtype"]
+    choice = (saved.get("model") or {}).get("matmul_dtype", older) if saved is not None else "auto"
     if choice == "auto":
         choice = matmul_precision.auto_choice(cfg.model)
         if choice == "bf16_update" and console is not None:

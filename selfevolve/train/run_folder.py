@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from selfevolve.config import Config, save_config
+from selfevolve.config import BEFORE_IT_EXISTED, Config, save_config
 from selfevolve.envs import env_class, env_options
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
@@ -17,8 +17,6 @@ from selfevolve.untrusted import load_yaml
 
 # Sections that define a run: resuming with different values would silently train something else.
 RUN_DEFINING = ("seed", "model", "env", "agent", "algo", "reward", "filter", "sampling", "rollout", "search", "experience")
-# Settings whose default is not what a run saved before the setting existed ran with (build.resolve_products)
-BEFORE_IT_EXISTED = {"model": {"matmul_dtype": "same"}}
 # JSONL records keyed by step (a resume drops those after its checkpoint)
 STEP_LOGS = ("metrics.jsonl", "trajectories.jsonl", "search_trees.jsonl", EVAL_LOG, WARM_LOG, LLM_LOG)
 RUN_FILES = ("config.yaml", *STEP_LOGS, "tensorboard", "checkpoints", POOL_FILE)
@@ -68,8 +66,9 @@ def resumed_config(cfg: Config, out: Path) -> dict | None:
     return load_yaml((out / "config.yaml").read_text(encoding="utf-8", errors="replace"), out / "config.yaml")
 
 
-def check_out_dir(cfg: Config, out: Path) -> None:
-    """Refuse a file, a run that would be silently replaced, and a resume whose run-defining settings differ."""
+def check_out_dir(cfg: Config, out: Path, saved: dict | None) -> None:
+    """Refuse a file, a run that would be silently replaced, and a resume whose run-defining settings differ
+    (``saved``: :func:`resumed_config`, read once by the caller)."""
     if out.exists() and not out.is_dir():
         raise SelfEvolveError(f"train.out_dir={str(out)!r} is a file, not a folder")
     # the folder is created later (after the model loads): a file on its path would stop it there
@@ -81,9 +80,8 @@ def check_out_dir(cfg: Config, out: Path) -> None:
             f"train.out_dir={str(out)!r} already holds a run. Continue it with train.resume=true, "
             f"replace it with train.overwrite=true, or choose another train.out_dir."
         )
-    old = resumed_config(cfg, out)
-    if old is not None:
-        diff = resume_differences(old, cfg.model_dump(mode="json"), RUN_DEFINING)
+    if saved is not None:
+        diff = resume_differences(saved, cfg.model_dump(mode="json"), RUN_DEFINING)
         if diff:
             raise SelfEvolveError(
                 f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "

@@ -68,7 +68,8 @@ class Trainer:
         self.env_cls = resolve_env(cfg, env)
         self.console = console or Console(stderr=True)
         # model.matmul_dtype=auto chosen here (this CPU, or the resumed run's choice): config.yaml records it
-        cfg = resolve_products(cfg, resumed_config(cfg, Path(cfg.train.out_dir)), self.console)
+        saved = resumed_config(cfg, Path(cfg.train.out_dir))
+        cfg = resolve_products(cfg, saved, self.console)
         if env is not None:
             # The saved config names the environment actually trained on (the caller's config is not changed).
             cfg = cfg.model_copy(deep=True)
@@ -84,7 +85,7 @@ class Trainer:
                                f"a tool call in env {escape(cfg.env.name)}; every reply will be cut off. Use "
                                f"agent.max_new_tokens=96 (at least {need}).")
         self.out_dir = Path(cfg.train.out_dir)
-        check_out_dir(cfg, self.out_dir)  # before the slow model load, and without writing anything yet
+        check_out_dir(cfg, self.out_dir, saved)  # before the slow model load, and without writing anything yet
         torch.manual_seed(cfg.seed)
         self.policy = build_policy(cfg, value_head=value_head_kind(cfg))
         self.builder = build_prompt(cfg, self.policy, self.probe_env)
