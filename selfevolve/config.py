@@ -52,8 +52,8 @@ from selfevolve.untrusted import PlainLoader
 # every key naming the model of LLM calls beyond the policy (policy, base, a path or openai:MODEL)
 LLM_KEYS = ("reward.judge_llm", "attribution.llm", "experience.llm", "questioning.llm")
 # Settings whose default is not what a run saved before the setting existed ran with: a resume compares and
-# chooses with these (train/run_folder.py, build.resolve_products)
-BEFORE_IT_EXISTED = {"model": {"matmul_dtype": "same"}}
+# chooses with these (train/run_folder.py, build.resolve_products, evolve/loop.as_saved)
+BEFORE_IT_EXISTED = {"model": {"matmul_dtype": "same"}, "evolve": {"acting_precision": "same"}}
 
 _EXP_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 

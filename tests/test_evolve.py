@@ -320,7 +320,8 @@ EVOLVE = [*TINY, "env.size=3", "evolve.rounds=2", "train.steps=4", "train.tasks_
 
 def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_path):
     straight = tmp_path / "straight"
-    summary = Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}"])).run()
+    START = [*EVOLVE, "evolve.start_eval=true"]  # the held-out evaluation before round 0 too (off by default)
+    summary = Evolver(load_config(overrides=[*START, f"train.out_dir={straight}"])).run()
     assert summary["rounds"] == 2 and [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
     state = json.loads((straight / "evolve.json").read_text())
     for rec in state["rounds"]:
@@ -364,8 +365,8 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
     for f in (straight / "round-1").glob("pool_end*"):
         f.unlink()
     with pytest.raises(Exception, match="already holds an evolve run"):
-        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}"]))
-    again = Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true"])).run()
+        Evolver(load_config(overrides=[*START, f"train.out_dir={straight}"]))
+    again = Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true"])).run()
     assert again["curve"] == summary["curve"]
     b = load_file(str(ckpts / "step-2" / "adapter.safetensors"))
     assert adapter.keys() == b.keys() and all(torch.allclose(adapter[k], b[k], atol=1e-6) for k in adapter)
@@ -377,16 +378,54 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
 
     # a resume with another evolve setting is refused, naming it
     with pytest.raises(Exception, match=r"its evolve\.imitation_weight settings differ"):
-        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
+        Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.imitation_weight=0.3"]))
     # a run saved before a setting existed ran with its default: resuming it with the default is accepted
     state = json.loads((straight / "evolve.json").read_text())
     del state["config"]["evolve"]["rl_longest"]
     (straight / "evolve.json").write_text(json.dumps(state))
-    Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true"]))
+    Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true"]))
     with pytest.raises(Exception, match=r"its evolve\.rl_longest settings differ"):
-        Evolver(load_config(overrides=[*EVOLVE, f"train.out_dir={straight}", "train.resume=true",
+        Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.rl_longest=0.5"]))
+    # one saved before evolve.acting_precision existed explored in the model's own precision, and resumes so
+    del state["config"]["evolve"]["acting_precision"]
+    (straight / "evolve.json").write_text(json.dumps(state))
+    resumed = Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true"]))
+    assert resumed.cfg.evolve.acting_precision == "same"
+
+
+def test_exploring_and_validation_compute_in_the_updates_precision_the_held_out_evaluation_in_the_models(
+        tmp_path, monkeypatch):
+    """evolve.acting_precision=update (the default): under model.matmul_dtype=bf16_update the frozen body's
+    products are bf16 while exploring and scoring the validation set, fp32 in the held-out evaluation (and the RL
+    rollouts); =same keeps fp32 in both. No evaluation before round 0 unless evolve.start_eval."""
+    import selfevolve.evolve.loop as loop
+    from selfevolve.models.matmul_precision import frozen_linears
+    from selfevolve.train.trainer import Trainer
+
+    seen = []
+
+    def spy(stage, real, policy_at):
+        def call(*args, **kwargs):
+            policy = policy_at(args)
+            seen.append((stage, frozen_linears(policy.model)[0].weight.dtype))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(loop.hindsight, "explore_round", spy("explore", loop.hindsight.explore_round, lambda a: a[2]))
+    monkeypatch.setattr(loop.validation, "score", spy("validation", loop.validation.score, lambda a: a[2]))
+    monkeypatch.setattr(Trainer, "evaluate", spy("held out", Trainer.evaluate, lambda a: a[0].policy))
+    for precision, acting in (("update", torch.bfloat16), ("same", torch.float32)):
+        seen.clear()
+        out = tmp_path / precision
+        summary = Evolver(load_config(overrides=[*EVOLVE, "model.matmul_dtype=bf16_update", "evolve.rounds=1",
+                                                 f"evolve.acting_precision={precision}",
+                                                 f"train.out_dir={out}"])).run()
+        assert sorted(set(seen)) == sorted({("explore", acting), ("validation", acting),
+                                            ("held out", torch.float32)}), precision
+        assert [p["point"] for p in summary["curve"]] == ["round 0"]
+        assert "start_eval" not in json.loads((out / "evolve.json").read_text())
 
 
 def test_keep_best_scores_each_round_on_its_validation_tasks_and_keeps_the_best(tmp_path):
@@ -515,7 +554,7 @@ def test_carry_optimizer_continues_the_previous_rounds_optimizer_from_round_1(tm
 def test_a_round_before_rl_from_round_clones_and_evaluates_without_updates(tmp_path):
     out = tmp_path / "late"
     summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl_from_round=1", f"train.out_dir={out}"])).run()
-    assert [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
+    assert [p["point"] for p in summary["curve"]] == ["round 0", "round 1"]
     r0, r1 = json.loads((out / "evolve.json").read_text())["rounds"]
     assert r0["bc"]["bc/steps"] == 1 and r1["bc"]["bc/steps"] == 1  # cloning in both rounds (2 steps over 2)
     assert r0["train"]["updates"] == 0 and r1["train"]["updates"] == 4  # every RL update in round 1
@@ -533,7 +572,7 @@ def test_without_rl_every_round_clones_and_evaluates_and_no_rollout_plays_the_po
     each) and evaluate, none updates, no pool task is played, and the report says the run had no RL."""
     out = tmp_path / "clone-only"
     summary = Evolver(load_config(overrides=[*EVOLVE, "evolve.rl=false", f"train.out_dir={out}"])).run()
-    assert [p["point"] for p in summary["curve"]] == ["start", "round 0", "round 1"]
+    assert [p["point"] for p in summary["curve"]] == ["round 0", "round 1"]
     rounds = json.loads((out / "evolve.json").read_text())["rounds"]
     assert [r["bc"]["bc/steps"] for r in rounds] == [1, 1] and [r["train"]["updates"] for r in rounds] == [0, 0]
     assert [r["train"]["rollouts"] for r in rounds] == [0, 0] and all("eval/success" in r["eval"] for r in rounds)

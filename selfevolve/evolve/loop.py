@@ -25,6 +25,7 @@ resumes from its own checkpoint, with the pool's counts and replay buffer as the
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import random
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from selfevolve.config import Config, _validate
+from selfevolve.config import BEFORE_IT_EXISTED, Config, _validate
 from selfevolve.envs import make_env
 from selfevolve.errors import SelfEvolveError
 from selfevolve.evolve import hindsight, report, validation
@@ -74,6 +75,16 @@ def pool_seeds(probe, pool: TaskPool) -> list[int]:
     for s in range(len(pool)):
         seeds[index[pick(s).id]] = s
     return seeds
+
+
+def as_saved(cfg: Config, saved: dict | None) -> Config:
+    """``cfg`` resuming the run whose settings are ``saved`` (None: a new run): one saved before
+    ``evolve.acting_precision`` existed explored in the model's own precision, and goes on so
+    (``config.BEFORE_IT_EXISTED``)."""
+    if saved is None or "acting_precision" in (saved.get("evolve") or {}):
+        return cfg
+    older = BEFORE_IT_EXISTED["evolve"]["acting_precision"]
+    return cfg.model_copy(update={"evolve": cfg.evolve.model_copy(update={"acting_precision": older})})
 
 
 class EvolveTrainer(Trainer):
@@ -142,7 +153,8 @@ class Evolver:
         self.console = console or Console(stderr=True)
         self.out = Path(cfg.train.out_dir)
         # model.matmul_dtype=auto chosen once for every round (or the resumed run's choice), recorded in its state
-        self.cfg = resolve_products(cfg, self._saved_config(cfg), self.console)
+        saved = self._saved_config(cfg)
+        self.cfg = as_saved(resolve_products(cfg, saved, self.console), saved)
         self.state = self._open()
         self.policy = None  # the latest policy (the last round's trainer's), for the next exploration
 
@@ -209,7 +221,7 @@ class Evolver:
             if "trained" in rec["stages"]:
                 pool.load(folder, "pool_end")
                 continue
-            if r == 0 and cfg.eval.at_start and "start_eval" not in self.state:
+            if r == 0 and cfg.evolve.start_eval and "start_eval" not in self.state:
                 t1 = time.perf_counter()
                 self.state["start_eval"] = self._evaluate(self._policy_for(0))
                 self.state["start_eval_seconds"] = report.seconds_since(t1)
@@ -253,9 +265,18 @@ class Evolver:
             cfg = self.cfg if r == 0 else self.cfg.model_copy(
                 update={"model": self.cfg.model.model_copy(update={"init_from": str(self.out / f"round-{r - 1}" /
                                                                                    "train")})})
-            self.policy = build_policy(acting_only(cfg))  # it explores, writes and evaluates: no update copy
+            # it explores, writes and evaluates: the update's bf16 copy only where exploring computes with it
+            self.policy = build_policy(cfg if cfg.evolve.acting_precision == "update" else acting_only(cfg))
             load_init_adapter(cfg, self.policy)
         return self.policy
+
+    def _acting(self, policy):
+        """The block for generation that nothing trains on (exploring, the validation score): the products in the
+        update's precision with ``evolve.acting_precision=update`` (``Policy.updating``: bf16 under
+        ``model.matmul_dtype=bf16_update``; nothing where the update has no precision of its own)."""
+        if policy is None or self.cfg.evolve.acting_precision != "update":
+            return contextlib.nullcontext()
+        return policy.updating()
 
     def _builder(self, policy):
         return build_prompt(self.cfg, policy, make_env(self.env_cls, **hindsight.train_options(self.cfg, self.env_cls)))
@@ -285,7 +306,8 @@ class Evolver:
         written = self.state.get("validation", {})
         if self.cfg.evolve.keep != "best" or not written.get("tasks") or "validation" in rec:
             return
-        rec["validation"] = validation.score(self.cfg, self.env_cls, policy, self.out, written["tasks"])
+        with self._acting(policy):
+            rec["validation"] = validation.score(self.cfg, self.env_cls, policy, self.out, written["tasks"])
         self._save()
         self.say(f"round {r}: validation success {rec['validation']['success']:.3f}")
 
@@ -301,8 +323,9 @@ class Evolver:
         who = " with random moves" if randomly else ""
         self.say(f"round {r}: exploring {self.cfg.env.name}{who} ({q.explorations} explorations x {q.steps} turns)")
         builder = None if policy is None else self._builder(policy)
-        records = hindsight.explore_round(self.cfg, self.env_cls, policy, builder, first_seed=r * q.explorations,
-                                          seed=self.cfg.seed * 1000 + r)
+        with self._acting(policy):
+            records = hindsight.explore_round(self.cfg, self.env_cls, policy, builder,
+                                              first_seed=r * q.explorations, seed=self.cfg.seed * 1000 + r)
         save_explorations(folder, records)
         rec["explore"] = {**hindsight.exploration_stats(records, self.env_cls, self.cfg),
                           **({"explorer": "random"} if randomly else {}),
