@@ -14,6 +14,11 @@ Each round (``evolve.rounds``), in ``train.out_dir/round-R/``:
 4. **held-out evaluation** on the environment's own test split (the trainer's final evaluation) — then the next
    round explores with the improved policy.
 
+Exploring and scoring the validation set (``evolve.keep=best``) train nothing, so they compute in the update's
+precision (``evolve.acting_precision``: bf16 under ``model.matmul_dtype=bf16_update``); the RL rollouts and the
+held-out evaluation keep the model's own. The starting policy is evaluated only with ``evolve.start_eval``: greedy,
+it is the base model's figure whatever the seed.
+
 No human-written training task is reachable: the rounds' environments play only the pool (``split=synth``),
 exploration and verification run the ordinary game on training instances with no goal given, the environment's
 expert (``train.warm_start_steps``) is never called, and evaluation plays the test split. ``evolve.md`` states
