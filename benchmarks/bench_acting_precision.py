@@ -33,7 +33,11 @@ def main(argv=None) -> dict[str, float]:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("overrides", nargs="*", help="config overrides (env.name=frozenlake is the default here)")
     args = ap.parse_args(argv)
-    out = tempfile.mkdtemp(prefix="bench-acting-")
+    with tempfile.TemporaryDirectory(prefix="bench-acting-") as out:
+        return measure(args, out)
+
+
+def measure(args, out: str) -> dict[str, float]:
     cfg = load_config(None, ["env.name=frozenlake", "seed=0", "model.matmul_dtype=bf16_update",
                              "train.progress=false", f"train.out_dir={out}", *args.overrides])
     evolver = Evolver(cfg)

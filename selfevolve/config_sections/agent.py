@@ -47,7 +47,7 @@ class ModelConfig(_Section):
         "body's linear weights held in bf16, 0.21 GB less for SmolLM2-135M). Needs model.dtype fp32 (or auto "
         "resolving to it); not with model.sampler_dtype. 'bf16_update': the same in the update's forwards and "
         "backwards only (the warm start's too), generation keeping fp32 (a bf16 copy of those weights beside them, "
-        "0.21 GB). 'auto': bf16_update where model.dtype=auto runs on a CPU with bf16 arithmetic (AVX512-BF16; "
+        "0.21 GB; selfevolve evolve's exploring and validation score use it too: evolve.acting_precision). 'auto': bf16_update where model.dtype=auto runs on a CPU with bf16 arithmetic (AVX512-BF16; "
         "SELFEVOLVE_CPU_BF16=0|1 overrides the check) and model.sampler_dtype=same, 'same' elsewhere; a run records "
         "its choice in config.yaml and a resume keeps it. On an EPYC with AVX512-BF16 bf16_update ran the default "
         "run in 8:23 against fp32's 11:07 alone, and neither ten train seeds (40.6 against 42.5 % held out) nor seven "

@@ -177,12 +177,13 @@ class EvolveConfig(_Section):
     start_eval: bool = Field(
         False, description="Evaluate the starting policy on the held-out test split before round 0 (the report's "
         "'start' point). Off by default: with greedy evaluation it is the same figure for every seed (the adapter "
-        "starts at zero, so it is the base model's; arm (i) of the benchmark), and it cost about 10 % of a FrozenLake "
+        "starts at zero, so without model.init_from it is the base model's), and it cost about 10 % of a FrozenLake "
         "run (172 s of 27:31, 2026-12-06). selfevolve train's own is eval.at_start.")
     acting_precision: Literal["update", "same"] = Field(
         "update", description="The products' precision in the loop's generation that nothing trains on: exploring "
         "and the validation score. update: the update's (bf16 where model.matmul_dtype is bf16_update, the auto "
-        "choice on a CPU with bf16 arithmetic: exploring 1.9x and a FrozenLake evaluation 1.6x faster there, "
+        "choice on a CPU with bf16 arithmetic: exploring 1.9x and a greedy FrozenLake evaluation, as the validation "
+        "score plays one, 1.6x faster there, "
         "docs/evolve.md); same: the model's own, as the RL rollouts and the held-out evaluation always are.")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")

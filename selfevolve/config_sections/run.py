@@ -63,8 +63,8 @@ class EvalConfig(_Section):
     pass_k: int = Field(0, ge=0, description="Also sample k rollouts per task (at agent.temperature) for pass@k (0: off).")
     seed_offset: int = Field(1_000_000, ge=0, description="Eval seeds start here; training seeds start at 0.")
     at_start: bool = Field(True, description="Evaluate before training (false: skip it, e.g. when model.init_from "
-                           "starts several runs from one already-evaluated adapter). selfevolve evolve's own is evolve.start_eval, "
-                           "off by default.")
+                           "starts several runs from one already-evaluated adapter). selfevolve evolve's own is "
+                           "evolve.start_eval, off by default.")
     after_warm_start: bool = Field(False, description="Evaluate after the behaviour-cloning warm start (false: "
                                    "skip it; the warm start is then reported by its loss only).")
     experience: Literal["on", "off"] = Field(

@@ -17,7 +17,7 @@ Each round (``evolve.rounds``), in ``train.out_dir/round-R/``:
 Exploring and scoring the validation set (``evolve.keep=best``) train nothing, so they compute in the update's
 precision (``evolve.acting_precision``: bf16 under ``model.matmul_dtype=bf16_update``); the RL rollouts and the
 held-out evaluation keep the model's own. The starting policy is evaluated only with ``evolve.start_eval``: greedy,
-it is the base model's figure whatever the seed.
+it is the same figure whatever the seed (the base model's, without ``model.init_from``).
 
 No human-written training task is reachable: the rounds' environments play only the pool (``split=synth``),
 exploration and verification run the ordinary game on training instances with no goal given, the environment's
@@ -82,13 +82,16 @@ def pool_seeds(probe, pool: TaskPool) -> list[int]:
     return seeds
 
 
-def as_saved(cfg: Config, saved: dict | None) -> Config:
+def as_saved(cfg: Config, saved: dict | None, console=None) -> Config:
     """``cfg`` resuming the run whose settings are ``saved`` (None: a new run): one saved before
     ``evolve.acting_precision`` existed explored in the model's own precision, and goes on so
     (``config.BEFORE_IT_EXISTED``)."""
     if saved is None or "acting_precision" in (saved.get("evolve") or {}):
         return cfg
     older = BEFORE_IT_EXISTED["evolve"]["acting_precision"]
+    if console is not None and cfg.evolve.acting_precision != older:
+        console.print(f"evolve.acting_precision={older}: the run resumed was begun before the setting existed and "
+                      f"explored in the model's own precision")
     return cfg.model_copy(update={"evolve": cfg.evolve.model_copy(update={"acting_precision": older})})
 
 
@@ -159,7 +162,7 @@ class Evolver:
         self.out = Path(cfg.train.out_dir)
         # model.matmul_dtype=auto chosen once for every round (or the resumed run's choice), recorded in its state
         saved = self._saved_config(cfg)
-        self.cfg = as_saved(resolve_products(cfg, saved, self.console), saved)
+        self.cfg = as_saved(resolve_products(cfg, saved, self.console), saved, self.console)
         self.state = self._open()
         self.policy = None  # the latest policy (the last round's trainer's), for the next exploration
 

@@ -14,7 +14,8 @@ fp32 output), the embedding and the head stay fp32. The weights are converted on
 originals freed (0.21 GB less for SmolLM2-135M): they are frozen, and the adapter is what trains.
 
 ``model.matmul_dtype=bf16_update`` does the same in the update alone (its forwards and backwards, the warm start's
-included), while generation keeps fp32 products: :class:`UpdateProducts` holds a bf16 copy of the body's linear
+included), while generation keeps fp32 products (but ``selfevolve evolve``'s exploring and validation score,
+``evolve.acting_precision``): :class:`UpdateProducts` holds a bf16 copy of the body's linear
 weights beside the fp32 ones (0.21 GB for SmolLM2-135M) and points the layers at it for the update's duration.
 Sampling in bf16 (``model.sampler_dtype``) learned less than fp32, and this is the other half of that split.
 Measured on 2026-12-05 (docs/benchmarks.md, "bf16 products in the update alone"): the default run in 8:37 against
