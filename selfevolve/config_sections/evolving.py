@@ -183,8 +183,8 @@ class EvolveConfig(_Section):
         "update", description="The products' precision in the loop's generation that nothing trains on: exploring "
         "and the validation score. update: the update's (bf16 where model.matmul_dtype is bf16_update, the auto "
         "choice on a CPU with bf16 arithmetic: exploring 1.9x and a greedy FrozenLake evaluation, as the validation "
-        "score plays one, 1.6x faster there, "
-        "docs/evolve.md); same: the model's own, as the RL rollouts and the held-out evaluation always are.")
+        "score plays one, 1.6x faster there, docs/evolve.md); same: the model's own, as the RL rollouts and the "
+        "held-out evaluation always are.")
     imitation_weight: float = Field(0.1, ge=0, description="Weight of the imitation term (replayed successes of "
                                     "the pool, off-policy ratio truncated) beside the RL loss; 0: off.")
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
