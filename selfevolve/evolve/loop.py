@@ -83,16 +83,15 @@ def pool_seeds(probe, pool: TaskPool) -> list[int]:
 
 
 def as_saved(cfg: Config, saved: dict | None, console=None) -> Config:
-    """``cfg`` resuming the run whose settings are ``saved`` (None: a new run): one saved before
-    ``evolve.acting_precision`` existed explored in the model's own precision, and goes on so
-    (``config.BEFORE_IT_EXISTED``)."""
-    if saved is None or "acting_precision" in (saved.get("evolve") or {}):
-        return cfg
-    older = BEFORE_IT_EXISTED["evolve"]["acting_precision"]
-    if console is not None and cfg.evolve.acting_precision != older:
-        console.print(f"evolve.acting_precision={older}: the run resumed was begun before the setting existed and "
-                      f"explored in the model's own precision")
-    return cfg.model_copy(update={"evolve": cfg.evolve.model_copy(update={"acting_precision": older})})
+    """``cfg`` resuming the run whose settings are ``saved`` (None: a new run): an evolve setting the run was saved
+    without ran as ``config.BEFORE_IT_EXISTED`` says (``evolve.acting_precision``: the model's own precision), and
+    goes on so, with a line on ``console`` where that is not what ``cfg`` asks."""
+    had = (saved or {}).get("evolve") or {}
+    older = {k: v for k, v in BEFORE_IT_EXISTED["evolve"].items() if saved is not None and k not in had}
+    for key, value in older.items():
+        if console is not None and getattr(cfg.evolve, key) != value:
+            console.print(f"evolve.{key}={value}: the run resumed was begun before the setting existed and ran so")
+    return cfg.model_copy(update={"evolve": cfg.evolve.model_copy(update=older)}) if older else cfg
 
 
 class EvolveTrainer(Trainer):
