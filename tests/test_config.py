@@ -308,3 +308,13 @@ def test_resume_differences_name_the_field_and_take_a_missing_one_at_its_default
     assert resume_differences(saved, changed, ("algo", "search", "seed")) == ["algo.lr", "seed"]
     saved["experience"] = None  # an empty section in a hand-written config.yaml: its defaults
     assert resume_differences(saved, now, ("experience",)) == []
+
+
+def test_a_refused_resume_gives_the_overrides_that_resume_it_as_it_ran():
+    from selfevolve.train.run_folder import as_it_ran
+
+    saved = Config(algo={"lr": 0.5}, seed=3, train={"progress": False}).model_dump(mode="json")
+    del saved["algo"]["epochs"]  # not named by the run: its default
+    assert as_it_ran(saved, ["algo.lr", "seed", "algo.epochs", "train.progress", "model.init_from"]) == \
+        "algo.lr=0.5 seed=3 algo.epochs=1 train.progress=false model.init_from=null"
+    assert as_it_ran(saved, ["env"]) == ""  # a whole section has no one override

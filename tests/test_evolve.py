@@ -377,7 +377,8 @@ def test_two_rounds_end_to_end_and_a_resume_mid_round_gives_the_same_run(tmp_pat
         metrics[-1]["loss/policy"] == pytest.approx(mb[-1]["loss/policy"], rel=1e-5, abs=1e-7)
 
     # a resume with another evolve setting is refused, naming it
-    with pytest.raises(Exception, match=r"its evolve\.imitation_weight settings differ"):
+    with pytest.raises(Exception, match=r"(?s)its evolve\.imitation_weight settings differ.*add: "
+                                         r"evolve\.imitation_weight=0\.1\)"):
         Evolver(load_config(overrides=[*START, f"train.out_dir={straight}", "train.resume=true",
                                        "evolve.imitation_weight=0.3"]))
     # a run saved before a setting existed ran with its default: resuming it with the default is accepted

@@ -55,6 +55,20 @@ def resume_differences(saved: dict, now: dict, sections) -> list[str]:
     return diff
 
 
+def as_it_ran(saved: dict, names: list[str]) -> str:
+    """``section.field=value`` overrides that give back the saved run's values of ``names`` (from
+    :func:`resume_differences`), e.g. after a default changed; a whole-section name (``seed``) as ``seed=value``."""
+    defaults = Config().model_dump(mode="json")
+    out = []
+    for name in names:
+        section, _, key = name.partition(".")
+        value = _run_view(saved, section, defaults)
+        value = value.get(key) if key and isinstance(value, dict) else value
+        if not isinstance(value, (dict, list)):
+            out.append(f"{name}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}")
+    return " ".join(out)
+
+
 def is_run(out: Path) -> bool:
     return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
 
@@ -83,9 +97,11 @@ def check_out_dir(cfg: Config, out: Path, saved: dict | None) -> None:
     if saved is not None:
         diff = resume_differences(saved, cfg.model_dump(mode="json"), RUN_DEFINING)
         if diff:
+            back = as_it_ran(saved, diff)
             raise SelfEvolveError(
                 f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
                 f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume"
+                + (f" (to resume it as it ran, add: {back})" if back else "")
             )
 
 
