@@ -44,7 +44,8 @@ def run(command: list[str], folder: Path) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command[:1])} failed (exit {proc.returncode}); its output: {folder}.log")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_gb": usage.ru_maxrss / 1e6,
+    # ru_maxrss is in KiB on Linux
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_gb": usage.ru_maxrss * 1024 / 1e9,
             **held_out(command[0], folder)}
 
 
@@ -61,14 +62,15 @@ def held_out(command: str, folder: Path) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=2, help="evolve/train pairs, run in turn (default 2)")
+    ap.add_argument("--pairs", type=int, default=2, choices=range(1, 101), metavar="N",
+                    help="evolve/train pairs, run in turn (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evolve", nargs="*", default=[], help="config overrides of the evolve run only")
     ap.add_argument("--train", nargs="*", default=[], help="config overrides of the default run only")
     ap.add_argument("--common", nargs="*", default=[], help="config overrides of both (e.g. a smaller model)")
     ap.add_argument("--out", default="runs/bench_evolve_cost", help="folder of the runs and results.json")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs start in the repository root
     out.mkdir(parents=True, exist_ok=True)
     commands = {"evolve": ["evolve", "env.name=frozenlake", f"seed={args.seed}", *args.common, *args.evolve],
                 "train": ["train", f"seed={args.seed}", *args.common, *args.train]}

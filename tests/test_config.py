@@ -318,3 +318,11 @@ def test_a_refused_resume_gives_the_overrides_that_resume_it_as_it_ran():
     assert as_it_ran(saved, ["algo.lr", "seed", "algo.epochs", "train.progress", "model.init_from"]) == \
         "algo.lr=0.5 seed=3 algo.epochs=1 train.progress=false model.init_from=null"
     assert as_it_ran(saved, ["env"]) == ""  # a whole section has no one override
+    assert as_it_ran(saved, ["env.no_such_option"]) == ""  # e.g. another environment's option: the run had none
+    saved["algo"]["critic_prompt"] = "Say it!"  # a string a shell would split is quoted; one YAML reads as
+    saved["model"]["name"] = "1.0"  # another type is written as JSON, so that the override gives it back
+    back = as_it_ran(saved, ["algo.critic_prompt", "model.name"])
+    assert back == "'algo.critic_prompt=Say it!' 'model.name=\"1.0\"'"
+    from selfevolve.config import _parse_value
+
+    assert _parse_value('"1.0"') == "1.0"

@@ -3,10 +3,12 @@ removes (only what a run writes: the folder may hold other things too)."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 from pathlib import Path
 
-from selfevolve.config import BEFORE_IT_EXISTED, Config, save_config
+from selfevolve.config import BEFORE_IT_EXISTED, Config, _parse_value, save_config
 from selfevolve.envs import env_class, env_options
 from selfevolve.errors import ConfigError, SelfEvolveError
 from selfevolve.experience.pool import FILE as POOL_FILE
@@ -57,15 +59,23 @@ def resume_differences(saved: dict, now: dict, sections) -> list[str]:
 
 def as_it_ran(saved: dict, names: list[str]) -> str:
     """``section.field=value`` overrides that give back the saved run's values of ``names`` (from
-    :func:`resume_differences`), e.g. after a default changed; a whole-section name (``seed``) as ``seed=value``."""
+    :func:`resume_differences`), e.g. after a default changed; a whole-section name (``seed``) as ``seed=value``.
+    Each value is written so that the override parser reads it back (JSON where a plain string would not be),
+    each override quoted for a shell where needed; a field the saved run lacks, and a whole section, are left out."""
     defaults = Config().model_dump(mode="json")
     out = []
     for name in names:
         section, _, key = name.partition(".")
         value = _run_view(saved, section, defaults)
-        value = value.get(key) if key and isinstance(value, dict) else value
-        if not isinstance(value, (dict, list)):
-            out.append(f"{name}={'null' if value is None else str(value).lower() if isinstance(value, bool) else value}")
+        if key:
+            if not isinstance(value, dict) or key not in value:
+                continue  # e.g. an option of another environment than the saved run's
+            value = value[key]
+        if isinstance(value, dict):
+            continue
+        plain = isinstance(value, str) and _parse_value(value) == value
+        text = value if plain else json.dumps(list(value) if isinstance(value, tuple) else value)
+        out.append(shlex.quote(f"{name}={text}"))
     return " ".join(out)
 
 
