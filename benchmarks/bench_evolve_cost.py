@@ -41,9 +41,9 @@ def run(command: list[str], folder: Path) -> dict:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command[:1])} failed (exit {proc.returncode}); its output: {folder}.log")
+        raise SystemExit(f"{command[0]} failed (exit {proc.returncode}); its output: {folder}.log")
     # ru_maxrss is in KiB on Linux
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_gb": usage.ru_maxrss * 1024 / 1e9,
             **held_out(command[0], folder)}

@@ -192,8 +192,8 @@ class EvolveConfig(_Section):
     imitation_clip: float = Field(1.0, gt=0, description="c: the imitation term's ratio pi/mu is truncated at c.")
     imitation_rows: int = Field(4, ge=1, description="Replayed successes per update (one per task, tasks drawn "
                                 "uniformly among those with one). 4 since 2026-12-06 (8 before): FrozenLake seeds "
-                                "0-2 kept 55.2 % held out against 56.8 % with 8, for half the term's "
-                                "cost (docs/evolve.md, 'The cost on two cores').")
+                                "0-2 kept 55.2 % held out against 56.8 % with 8, with half the replayed rows "
+                                "(docs/evolve.md, 'The cost on two cores').")
     buffer_per_task: int = Field(2, ge=0, description="Latest successful rollouts kept per pool task for replay.")
     keep: Literal["best", "last"] = Field(
         "best", description="The round whose policy the run keeps: best (the highest greedy success on a validation "
