@@ -136,7 +136,12 @@ class EvolveConfig(_Section):
                           "bc_longest 1/3, bc_minibatches 4 and carry_optimizer (today's defaults): FrozenLake's "
                           "held-out 48.3 % +- 17.0 over ten seeds (42.5 % +- 20.5 with a fresh optimizer each round; "
                           "docs/evolve.md).")
-    bc_tasks: int = Field(16, ge=1, description="Reference demonstrations per behaviour-cloning step.")
+    bc_tasks: int = Field(12, ge=1, description="Reference demonstrations per behaviour-cloning step, split evenly "
+                          "over its bc_minibatches optimizer steps. 12 since 2026-12-06 (16 before): a 3-round "
+                          "FrozenLake run took 1.39-1.45x the default run's wall time on two cores, each run alone "
+                          "(16: 1.50x beside them, 1.61-1.66x in a slower state), and kept 50.9 % +- 16.5 held out "
+                          "over seeds 0-6 against 43.1 % +- 22.8 with 16 (paired +5.0 +- 21.0 maps: not told apart; "
+                          "docs/evolve.md, 'Twelve demonstrations a cloning step').")
     bc_minibatches: int = Field(4, ge=1, description="Optimizer steps per behaviour-cloning step: its demonstrations "
                                 "split evenly (as train.warm_start_minibatches does for the expert's warm start). 4 "
                                 "(the default since 2026-11-29) with bc_steps 30 on FrozenLake: 42.5 % +- 20.5 held "
