@@ -48,7 +48,7 @@ from selfevolve.evolve.pool import PoolTasks, TaskPool
 from selfevolve.questioning.explore import ExplorationRecord
 from selfevolve.build import acting_only, build_policy, build_prompt, resolve_env, resolve_products
 from selfevolve.train.evaluate import eval_env_options, evaluate
-from selfevolve.train.run_folder import RUN_DEFINING, as_it_ran, resume_differences
+from selfevolve.train.run_folder import RUN_DEFINING, resume_differences, resume_hint
 from selfevolve.train.trainer import Trainer
 from selfevolve.train.warm_start import clone_step
 
@@ -188,10 +188,10 @@ class Evolver:
             if saved.get("train.steps") != self.cfg.train.steps:
                 diff.append("train.steps")
             if diff:
-                back = as_it_ran({**saved, "train": {"steps": saved.get("train.steps")}}, diff)
+                as_saved_run = {**saved, "train": {"steps": saved.get("train.steps")}}  # train.steps is saved flat
                 raise SelfEvolveError(f"cannot resume {self.out}: its {', '.join(diff)} settings differ from this "
                                       f"config; only eval.* and train.* other than train.steps may change"
-                                      + (f" (to resume it as it ran, add: {back})" if back else ""))
+                                      + resume_hint(as_saved_run, diff))
             return state
         if path.is_file() and not self.cfg.train.overwrite:
             raise SelfEvolveError(f"train.out_dir={str(self.out)!r} already holds an evolve run. Continue it with "

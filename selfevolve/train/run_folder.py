@@ -79,6 +79,13 @@ def as_it_ran(saved: dict, names: list[str]) -> str:
     return " ".join(out)
 
 
+def resume_hint(saved: dict, names: list[str]) -> str:
+    """The end of a refused resume: `` (to resume it as it ran, add: ...)`` with :func:`as_it_ran`'s overrides, or
+    nothing when there are none to give."""
+    back = as_it_ran(saved, names)
+    return f" (to resume it as it ran, add: {back})" if back else ""
+
+
 def is_run(out: Path) -> bool:
     return (out / "config.yaml").is_file() and ((out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file())
 
@@ -107,11 +114,9 @@ def check_out_dir(cfg: Config, out: Path, saved: dict | None) -> None:
     if saved is not None:
         diff = resume_differences(saved, cfg.model_dump(mode="json"), RUN_DEFINING)
         if diff:
-            back = as_it_ran(saved, diff)
             raise SelfEvolveError(
                 f"cannot resume {out}: its {', '.join(diff)} settings differ from this config "
-                f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume"
-                + (f" (to resume it as it ran, add: {back})" if back else "")
+                f"(see {out / 'config.yaml'}); only train.* and eval.* may change on resume" + resume_hint(saved, diff)
             )
 
 
